@@ -1,0 +1,1 @@
+"""Everything of ctxledger that touches the world: stores, tokenizers, CLI, web, importers."""

@@ -1,0 +1,406 @@
+"""The append-only ledger over eventsourcing recorders: memory://, sqlite:///path, postgresql://.
+
+eventsourcing provides the recorders (tables, notification ids, LISTEN/NOTIFY); this module
+closes its known gaps: a msgspec mapper (topic = allow-listed ``Name.vN``, payload = msgspec
+JSON), allow-list decoding, an expected-version check per stream that raises the typed
+:class:`~ctxledger.domain.errors.ConflictError`, polling follow on SQLite, and a table of
+persisted read models with their tracked position in the same database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from eventsourcing.persistence import (
+    ApplicationRecorder,
+    IntegrityError,
+    OperationalError,
+    PersistenceError,
+    StoredEvent,
+)
+from eventsourcing.popo import POPOApplicationRecorder
+from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
+
+from ctxledger.domain.codec import decode_event, encode_event
+from ctxledger.domain.errors import ConflictError, CtxLedgerError, StoreURLError
+from ctxledger.domain.events import Event
+
+__all__ = [
+    "EVENTS_TABLE",
+    "Ledger",
+    "LedgerUnavailableError",
+    "Recorded",
+    "open_ledger",
+    "stream_id_for",
+]
+
+EVENTS_TABLE = "ctxledger_events"
+PROJECTIONS_TABLE = "ctxledger_projections"
+_PAGE = 1000
+
+
+class LedgerUnavailableError(CtxLedgerError):
+    """The store could not be opened or reached."""
+
+
+def stream_id_for(session_id: str, agent_id: str) -> str:
+    """The stream of one agent's context: deterministic from session and agent."""
+    return f"ctx/{session_id}/{agent_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """An event as stored: its global position, its stream and version in that stream."""
+
+    position: int
+    stream_id: str
+    version: int
+    event: Event
+
+
+class _Backend(Protocol):
+    recorder: ApplicationRecorder
+
+    def load_projection(self, name: str) -> tuple[int, bytes] | None: ...
+
+    def save_projections(self, states: dict[str, bytes], position: int) -> None: ...
+
+    def wait_for_new(self, timeout: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Ledger:
+    """Append, read and follow events; persist read models with their position."""
+
+    def __init__(self, url: str, backend: _Backend) -> None:
+        self.url = url
+        self._backend = backend
+        self._recorder = backend.recorder
+        self._append_lock = threading.Lock()
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def stream_version(self, stream_id: str) -> int:
+        """The version of the last event in *stream_id* (0 when empty)."""
+        rows = self._call(self._recorder.select_events, stream_id, desc=True, limit=1)
+        return rows[0].originator_version if rows else 0
+
+    def append(
+        self, stream_id: str, events: Sequence[Event], *, expected_version: int
+    ) -> list[Recorded]:
+        """Append *events* to *stream_id* if its version is *expected_version*; atomic.
+
+        Returns the events as recorded (global position, stream version). A stream that
+        moved raises ConflictError and nothing is written.
+        """
+        if not events:
+            return []
+        if not stream_id or len(stream_id) > 512:
+            raise StoreURLError(f"invalid stream id {stream_id[:60]!r}")
+        stored = []
+        for offset, event in enumerate(events, start=1):
+            topic, payload = encode_event(event)
+            stored.append(
+                StoredEvent(
+                    originator_id=stream_id,
+                    originator_version=expected_version + offset,
+                    topic=topic,
+                    state=payload,
+                )
+            )
+        with self._append_lock:
+            # Versions only grow, so "current == expected" now plus the primary key on
+            # (stream, version) at insert time leaves no gap and no silent interleaving.
+            current = self.stream_version(stream_id)
+            if current != expected_version:
+                raise ConflictError(stream_id, expected_version, f"stream is at {current}")
+            try:
+                positions = self._call(self._recorder.insert_events, stored)
+            except IntegrityError as exc:
+                raise ConflictError(stream_id, expected_version, "concurrent append") from exc
+        if not positions or len(positions) != len(stored):
+            positions = [0] * len(stored)
+        return [
+            Recorded(int(pos), stream_id, s.originator_version, ev)
+            for pos, s, ev in zip(positions, stored, events, strict=True)
+        ]
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[Recorded]:
+        """Every event of one stream after *after_version*, in order (positions unknown: 0)."""
+        rows = self._call(self._recorder.select_events, stream_id, gt=after_version or None)
+        return [
+            Recorded(0, stream_id, r.originator_version, self._decode(r.topic, r.state, None))
+            for r in rows
+        ]
+
+    def max_position(self) -> int:
+        """Position of the newest event in the whole log (0 when empty)."""
+        return int(self._call(self._recorder.max_notification_id) or 0)
+
+    def read_all(self, *, after: int = 0, limit: int | None = None) -> Iterator[Recorded]:
+        """The whole log after position *after*, in order, paged; decoding is allow-listed."""
+        remaining = limit
+        position = after
+        while remaining is None or remaining > 0:
+            page = _PAGE if remaining is None else min(_PAGE, remaining)
+            rows = self._call(
+                self._recorder.select_notifications, position, page, inclusive_of_start=False
+            )
+            if not rows:
+                return
+            for row in rows:
+                yield Recorded(
+                    row.id,
+                    str(row.originator_id),
+                    row.originator_version,
+                    self._decode(row.topic, row.state, row.id),
+                )
+                position = row.id
+            if remaining is not None:
+                remaining -= len(rows)
+            if len(rows) < page:
+                return
+
+    def follow(
+        self,
+        *,
+        after: int = 0,
+        stop: threading.Event | None = None,
+        poll_interval: float = 0.2,
+        idle_timeout: float | None = None,
+    ) -> Iterator[Recorded]:
+        """Yield every event after *after*, then wait for new ones (LISTEN/NOTIFY on
+        PostgreSQL, polling elsewhere) until *stop* is set or *idle_timeout* passes."""
+        position = after
+        idle_since = time.monotonic()
+        while stop is None or not stop.is_set():
+            got = False
+            for rec in self.read_all(after=position):
+                got = True
+                position = rec.position
+                yield rec
+            if got:
+                idle_since = time.monotonic()
+            elif idle_timeout is not None and time.monotonic() - idle_since >= idle_timeout:
+                return
+            self._backend.wait_for_new(poll_interval)
+
+    # --- persisted read models ----------------------------------------------------------------
+
+    def load_projection(self, name: str) -> tuple[int, bytes] | None:
+        """``(position, state bytes)`` of a persisted read model, or None."""
+        row: tuple[int, bytes] | None = self._call(self._backend.load_projection, name)
+        return row
+
+    def save_projections(self, states: dict[str, bytes], position: int) -> None:
+        """Persist read models and the position they reflect, in one transaction."""
+        self._call(self._backend.save_projections, states, position)
+
+    def close(self) -> None:
+        self._backend.close()
+
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _decode(topic: str, payload: bytes, position: int | None) -> Event:
+        return decode_event(topic, bytes(payload), position=position)
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (CtxLedgerError, IntegrityError):
+            raise
+        except (PersistenceError, OSError) as exc:
+            raise LedgerUnavailableError(f"{self.url}: {exc}") from exc
+
+
+# --- backends ---------------------------------------------------------------------------------
+
+
+class _MemoryBackend:
+    def __init__(self) -> None:
+        self.recorder: ApplicationRecorder = POPOApplicationRecorder()
+        self._projections: dict[str, tuple[int, bytes]] = {}
+        self._lock = threading.Lock()
+
+    def load_projection(self, name: str) -> tuple[int, bytes] | None:
+        with self._lock:
+            return self._projections.get(name)
+
+    def save_projections(self, states: dict[str, bytes], position: int) -> None:
+        with self._lock:
+            self._projections.update({k: (position, v) for k, v in states.items()})
+
+    def wait_for_new(self, timeout: float) -> None:
+        time.sleep(timeout)
+
+    def close(self) -> None:
+        return None
+
+
+class _SQLiteBackend:
+    def __init__(self, path: str) -> None:
+        self.datastore = SQLiteDatastore(
+            path, lock_timeout=60, originator_id_type="text", pool_size=2, max_overflow=4
+        )
+        recorder = SQLiteApplicationRecorder(self.datastore, events_table_name=EVENTS_TABLE)
+        recorder.create_table()
+        self.recorder: ApplicationRecorder = recorder
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(
+                f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
+                "name TEXT PRIMARY KEY, position INTEGER NOT NULL, state BLOB NOT NULL)"
+            )
+
+    def load_projection(self, name: str) -> tuple[int, bytes] | None:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT position, state FROM {PROJECTIONS_TABLE} WHERE name=?", (name,))
+            row = c.fetchone()
+        return None if row is None else (int(row["position"]), bytes(row["state"]))
+
+    def save_projections(self, states: dict[str, bytes], position: int) -> None:
+        with self.datastore.transaction(commit=True) as c:
+            for name, state in states.items():
+                c.execute(
+                    f"INSERT INTO {PROJECTIONS_TABLE} (name, position, state) VALUES (?,?,?) "
+                    "ON CONFLICT(name) DO UPDATE SET position=excluded.position, "
+                    "state=excluded.state",
+                    (name, position, state),
+                )
+
+    def wait_for_new(self, timeout: float) -> None:
+        time.sleep(timeout)
+
+    def close(self) -> None:
+        self.datastore.close()
+
+
+class _PostgresBackend:
+    def __init__(self, url: str) -> None:
+        from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
+
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        dbname = unquote(parts.path.lstrip("/"))
+        if not dbname or not parts.hostname:
+            raise StoreURLError(f"{_redact(url)}: expected postgresql://user@host:port/dbname")
+        self._conninfo: dict[str, Any] = {
+            "dbname": dbname,
+            "host": parts.hostname,
+            "port": parts.port or 5432,
+            "user": unquote(parts.username or os.environ.get("PGUSER", "postgres")),
+            "password": unquote(parts.password or os.environ.get("PGPASSWORD", "")),
+        }
+        try:
+            self.datastore = PostgresDatastore(
+                self._conninfo["dbname"],
+                self._conninfo["host"],
+                self._conninfo["port"],
+                self._conninfo["user"],
+                self._conninfo["password"],
+                schema=query.get("schema", ""),
+                originator_id_type="text",
+                pool_size=2,
+                max_overflow=4,
+                connect_timeout=10,
+            )
+            recorder = PostgresApplicationRecorder(self.datastore, events_table_name=EVENTS_TABLE)
+            recorder.create_table()
+            with self.datastore.transaction(commit=True) as c:
+                c.execute(
+                    f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
+                    "name text PRIMARY KEY, position bigint NOT NULL, state bytea NOT NULL)"
+                )
+        except (PersistenceError, OperationalError) as exc:
+            raise LedgerUnavailableError(f"{_redact(url)}: {exc}") from exc
+        self.recorder: ApplicationRecorder = recorder
+        self._channel = recorder.channel_name
+        self._listener: Any = None
+
+    def load_projection(self, name: str) -> tuple[int, bytes] | None:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(
+                f"SELECT position, state FROM {PROJECTIONS_TABLE} WHERE name=%s",
+                (name,),
+            )
+            row = c.fetchone()
+        return None if row is None else (int(row["position"]), bytes(row["state"]))
+
+    def save_projections(self, states: dict[str, bytes], position: int) -> None:
+        with self.datastore.transaction(commit=True) as c:
+            for name, state in states.items():
+                c.execute(
+                    f"INSERT INTO {PROJECTIONS_TABLE} (name, position, state) "
+                    "VALUES (%s,%s,%s) ON CONFLICT (name) DO UPDATE SET "
+                    "position=excluded.position, state=excluded.state",
+                    (name, position, state),
+                )
+
+    def wait_for_new(self, timeout: float) -> None:
+        """Block on LISTEN until a NOTIFY or *timeout*; fall back to sleeping."""
+        import psycopg
+
+        try:
+            if self._listener is None or self._listener.closed:
+                self._listener = psycopg.connect(**self._conninfo, autocommit=True)
+                self._listener.execute(f'LISTEN "{self._channel}"')
+            for _ in self._listener.notifies(timeout=timeout, stop_after=1):
+                break
+        except psycopg.Error:
+            self._listener = None
+            time.sleep(timeout)
+
+    def close(self) -> None:
+        if self._listener is not None:
+            with contextlib.suppress(Exception):
+                self._listener.close()
+        self.datastore.close()
+
+
+def _redact(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@")
+    return url
+
+
+def open_ledger(url: str) -> Ledger:
+    """Open the ledger named by *url*: ``memory://``, ``sqlite:///path`` or ``postgresql://…``."""
+    scheme = url.split(":", 1)[0].lower() if ":" in url else ""
+    if scheme == "memory":
+        return Ledger(url, _MemoryBackend())
+    if scheme == "sqlite":
+        if not url.startswith("sqlite:///") or len(url) <= len("sqlite:///"):
+            raise StoreURLError(f"{url}: expected sqlite:///path/to/ledger.db")
+        path = Path(url[len("sqlite:///") :])
+        if path.is_dir():
+            raise StoreURLError(f"{url}: {path} is a directory")
+        if not path.parent.exists():
+            raise StoreURLError(f"{url}: directory {path.parent} does not exist")
+        try:
+            return Ledger(url, _SQLiteBackend(str(path)))
+        except PersistenceError as exc:
+            raise LedgerUnavailableError(f"{url}: {exc}") from exc
+    if scheme in ("postgresql", "postgres"):
+        return Ledger(url, _PostgresBackend(url))
+    raise StoreURLError(
+        f"{_redact(url)}: unknown store URL scheme (use memory://, sqlite:///path or "
+        "postgresql://user@host/db)"
+    )

@@ -1,0 +1,76 @@
+"""Encoding and allow-list decoding of events (msgspec JSON; no imports from stored data)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+import msgspec
+
+from ctxledger.domain.errors import DecodeError, FutureSchemaError, UnknownEventTypeError
+from ctxledger.domain.events import EVENT_TYPES, UPCASTERS, Event, EventBase, Upcaster, topic_of
+
+__all__ = ["decode_event", "encode_event", "parse_topic"]
+
+_ENCODER = msgspec.json.Encoder()
+_DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
+    name: msgspec.json.Decoder(cls) for name, cls in EVENT_TYPES.items()
+}
+_MAX_PAYLOAD = 64 * 1024 * 1024
+
+
+def encode_event(event: EventBase) -> tuple[str, bytes]:
+    """Return ``(topic, payload)`` for storage."""
+    return topic_of(event), _ENCODER.encode(event)
+
+
+def parse_topic(topic: str, *, position: int | None = None) -> tuple[str, int]:
+    """Split ``Name.vN``; the name must be in the allow-list."""
+    name, sep, version_text = topic.rpartition(".v")
+    if not sep or not version_text.isdigit() or len(version_text) > 6:
+        raise UnknownEventTypeError(f"malformed event topic {topic[:80]!r}", position=position)
+    if name not in EVENT_TYPES:
+        raise UnknownEventTypeError(
+            f"unknown event type {name[:80]!r} (not in the catalogue)", position=position
+        )
+    return name, int(version_text)
+
+
+def decode_event(
+    topic: str,
+    payload: bytes,
+    *,
+    position: int | None = None,
+    upcasters: Mapping[tuple[str, int], Upcaster] = UPCASTERS,
+) -> Event:
+    """Decode one stored event, upcasting older versions; every failure is a DecodeError."""
+    name, version = parse_topic(topic, position=position)
+    cls = EVENT_TYPES[name]
+    current = cls.schema_version
+    if version > current:
+        raise FutureSchemaError(
+            f"{name} schema version {version} is newer than this code's {current}",
+            position=position,
+        )
+    if len(payload) > _MAX_PAYLOAD:
+        raise DecodeError(f"{name} payload of {len(payload)} bytes is too large", position=position)
+    try:
+        if version == current:
+            return cast(Event, _DECODERS[name].decode(payload))
+        raw = msgspec.json.decode(payload)
+        if not isinstance(raw, dict):
+            raise DecodeError(f"{name} payload is not a JSON object", position=position)
+        for step in range(version, current):
+            upcast = upcasters.get((name, step))
+            if upcast is None:
+                raise DecodeError(
+                    f"no upcaster for {name} from schema version {step}", position=position
+                )
+            raw = upcast(raw)
+        return cast(Event, msgspec.convert(raw, cls))
+    except DecodeError:
+        raise
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+        raise DecodeError(f"{name} payload does not decode: {exc}", position=position) from None
+    except RecursionError:
+        raise DecodeError(f"{name} payload nests too deeply", position=position) from None

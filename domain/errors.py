@@ -1,0 +1,83 @@
+"""Typed errors of ctxledger, in one place; the CLI turns each into one line and an exit code."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetError",
+    "ConflictError",
+    "CtxLedgerError",
+    "DecodeError",
+    "FutureSchemaError",
+    "InvalidInputError",
+    "RefreshExhaustedError",
+    "StoreURLError",
+    "UnknownAgentError",
+    "UnknownEventTypeError",
+    "UnknownGenerationError",
+    "UnknownStrategyError",
+]
+
+
+class CtxLedgerError(Exception):
+    """Base class of every error ctxledger raises on purpose."""
+
+    exit_code: int = 1
+
+
+class InvalidInputError(CtxLedgerError, ValueError):
+    """Input from a caller or a file that does not fit the model."""
+
+
+class StoreURLError(InvalidInputError):
+    """A ledger URL with an unknown scheme or a malformed path."""
+
+
+class ConflictError(CtxLedgerError):
+    """An optimistic-concurrency conflict: the stream moved since the caller read it.
+
+    Nothing of the conflicting append was written.
+    """
+
+    def __init__(self, stream_id: str, expected_version: int, detail: str = "") -> None:
+        self.stream_id = stream_id
+        self.expected_version = expected_version
+        msg = f"conflict on stream {stream_id}: expected version {expected_version}"
+        super().__init__(f"{msg} ({detail})" if detail else msg)
+
+
+class DecodeError(CtxLedgerError):
+    """A stored event that cannot be decoded into the catalogue; names its position."""
+
+    def __init__(self, reason: str, *, position: int | None = None) -> None:
+        self.reason = reason
+        self.position = position
+        where = f"event at position {position}: " if position is not None else ""
+        super().__init__(f"{where}{reason}")
+
+
+class UnknownEventTypeError(DecodeError):
+    """A stored type name that is not in the event catalogue (nothing is ever imported)."""
+
+
+class FutureSchemaError(DecodeError):
+    """A stored payload written by a newer schema version than this code knows."""
+
+
+class UnknownStrategyError(InvalidInputError):
+    """A strategy name that is not registered."""
+
+
+class UnknownAgentError(InvalidInputError):
+    """An agent id that the ledger has never registered."""
+
+
+class UnknownGenerationError(InvalidInputError):
+    """A generation number the agent never had."""
+
+
+class BudgetError(InvalidInputError):
+    """A token budget that cannot be honoured (e.g. non-positive)."""
+
+
+class RefreshExhaustedError(CtxLedgerError):
+    """Repeated refreshes made no progress; the turn cannot be retried safely."""

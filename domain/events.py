@@ -1,0 +1,334 @@
+"""The event catalogue: every fact the ledger records, as frozen, tagged msgspec Structs.
+
+Each type carries a ``schema_version`` (a ClassVar, also written into the stored topic as
+``Name.vN``); older payloads are lifted by :data:`UPCASTERS` before decoding. Decoding uses the
+allow-list :data:`EVENT_TYPES` only: no module or class named by stored data is ever imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+import msgspec
+
+from ctxledger.domain.model import AgentIdentity, CompressionMetadata, Count, Decision, Item
+
+__all__ = [
+    "EVENT_TYPES",
+    "UPCASTERS",
+    "AgentRegistered",
+    "CacheUsageRecorded",
+    "ContextBuildingFailed",
+    "ContextBuildingInterrupted",
+    "ContextBuildingStarted",
+    "ContextPackBuilt",
+    "Event",
+    "EventBase",
+    "FindingVerified",
+    "GenerationKindName",
+    "GenerationRefreshed",
+    "ItemPinned",
+    "ItemRecorded",
+    "ItemRemoved",
+    "ItemUnpinned",
+    "MemoryDeleted",
+    "MemoryMarkedStale",
+    "MemoryPromoted",
+    "MemoryRetired",
+    "MemoryVerified",
+    "RecallRendered",
+    "SteeringNoteAdded",
+    "TurnFailed",
+    "Upcaster",
+    "event_agent",
+    "topic_of",
+]
+
+
+class EventBase(
+    msgspec.Struct, frozen=True, kw_only=True, tag=True, tag_field="type", omit_defaults=True
+):
+    """Common shape: an aware timestamp passed in by the caller (never read from a clock here)."""
+
+    schema_version: ClassVar[int] = 1
+    at: datetime
+
+
+# --- agents and items -------------------------------------------------------------------------
+
+
+class AgentRegistered(EventBase, frozen=True, kw_only=True):
+    """An agent identity was recorded; it survives every generation."""
+
+    agent: AgentIdentity
+
+
+class ItemRecorded(EventBase, frozen=True, kw_only=True):
+    """An observation (tool output, file view, failure, finding…) entered the agent's pool."""
+
+    agent_id: str
+    item: Item
+
+
+class SteeringNoteAdded(EventBase, frozen=True, kw_only=True):
+    """User guidance for the session, optionally scoped to a stage; never dropped."""
+
+    agent_id: str
+    item: Item
+
+
+class ItemPinned(EventBase, frozen=True, kw_only=True):
+    """Manual control: the item is kept in every pack and never clipped."""
+
+    agent_id: str
+    item_id: str
+    by: str = ""
+
+
+class ItemUnpinned(EventBase, frozen=True, kw_only=True):
+    """Manual control: the item competes for the budget again."""
+
+    agent_id: str
+    item_id: str
+    by: str = ""
+
+
+class ItemRemoved(EventBase, frozen=True, kw_only=True):
+    """Manual control or supersession: the item leaves the pool (the ledger keeps it)."""
+
+    agent_id: str
+    item_id: str
+    reason: str = "manual"
+
+
+class FindingVerified(EventBase, frozen=True, kw_only=True):
+    """An explicit verification of exactly one finding identity."""
+
+    agent_id: str
+    item_id: str
+    by: str = ""
+    evidence: str = ""
+
+
+# --- context building lifecycle (core-context) ------------------------------------------------
+
+
+class ContextBuildingStarted(EventBase, frozen=True, kw_only=True):
+    """A build of the next pack began."""
+
+    agent_id: str
+    pack_id: str
+    session_id: str = ""
+    stage_id: str = ""
+    generation: Count = 1
+
+
+class ContextPackBuilt(EventBase, frozen=True, kw_only=True):
+    """A pack was built. Carries the *delta* of decisions against the previous pack of the
+    same generation (``decisions`` changed, ``retired`` no longer candidates) plus a hash of
+    the whole selection, so the ledger grows with what changed, not with the pack."""
+
+    agent_id: str
+    pack_id: str
+    generation: Count = 1
+    strategy: str = "variable"
+    counter: str = ""
+    budget_limit: Count = 0
+    budget_used: Count = 0
+    overflow: Count = 0
+    decisions: tuple[Decision, ...] = ()
+    retired: tuple[str, ...] = ()
+    selection_hash: str = ""
+    included_count: Count = 0
+    compression: CompressionMetadata = CompressionMetadata()
+    prefix_hash: str = ""
+    prompt_bytes: Count = 0
+    expected_cached_bytes: Count = 0
+    changed_segment: str = ""
+
+
+class ContextBuildingFailed(EventBase, frozen=True, kw_only=True):
+    """A build failed; the reason is kept."""
+
+    agent_id: str
+    pack_id: str
+    reason: str = ""
+
+
+class ContextBuildingInterrupted(EventBase, frozen=True, kw_only=True):
+    """A build was interrupted before it produced a pack."""
+
+    agent_id: str
+    pack_id: str
+    reason: str = ""
+
+
+GenerationKindName = Literal["rebuild", "refresh"]
+
+
+class GenerationRefreshed(EventBase, frozen=True, kw_only=True):
+    """The agent's context moved to a new generation (budget rebuild or refresh)."""
+
+    agent_id: str
+    kind: GenerationKindName
+    from_generation: Count
+    to_generation: Count
+    reason: str
+    trigger: Literal["budget", "context_limit", "manual"] = "budget"
+    phase: str = ""
+    strategy: str = "variable"
+    budget: Count = 0
+    carried: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+
+
+class TurnFailed(EventBase, frozen=True, kw_only=True):
+    """A model call failed; ``error_class`` is the classifier's verdict."""
+
+    agent_id: str
+    generation: Count = 1
+    error_class: Literal["context_limit", "other"] = "other"
+    provider: str = ""
+    code: str = ""
+    message: str = ""
+
+
+class CacheUsageRecorded(EventBase, frozen=True, kw_only=True):
+    """Provider-reported token usage of one call (Anthropic or OpenAI shapes, normalised)."""
+
+    agent_id: str
+    generation: Count = 1
+    provider: str = ""
+    input_tokens: Count = 0
+    cache_read_tokens: Count = 0
+    cache_write_tokens: Count = 0
+    output_tokens: Count = 0
+    expected_cached_tokens: Count = 0
+
+
+# --- project memory (bodies live only in the erasable catalog) --------------------------------
+
+
+class MemoryPromoted(EventBase, frozen=True, kw_only=True):
+    """An item became a project-memory candidate; verified stays false until MemoryVerified."""
+
+    memory_id: str
+    item_id: str
+    agent_id: str
+    body_hash: str
+    partition: str = ""
+    verified: bool = False
+
+
+class MemoryVerified(EventBase, frozen=True, kw_only=True):
+    """An explicit verification of one memory entry."""
+
+    memory_id: str
+    body_hash: str = ""
+    by: str = ""
+
+
+class MemoryMarkedStale(EventBase, frozen=True, kw_only=True):
+    """A memory entry no longer matches the worktree (or its evidence is too old)."""
+
+    memory_id: str
+    reason: str = ""
+
+
+class MemoryRetired(EventBase, frozen=True, kw_only=True):
+    """A memory entry was retired; it is no longer recalled."""
+
+    memory_id: str
+    reason: str = ""
+
+
+class MemoryDeleted(EventBase, frozen=True, kw_only=True):
+    """A memory body was erased from the catalog; ``erasure`` reports the policy's outcome."""
+
+    memory_id: str
+    erasure: str = ""
+
+
+class RecallRendered(EventBase, frozen=True, kw_only=True):
+    """The recalled-memory group of one prompt (replaces the previous group)."""
+
+    agent_id: str
+    pack_id: str = ""
+    memory_ids: tuple[str, ...] = ()
+    skipped: dict[str, str] = {}
+    tokens: Count = 0
+    bytes: Count = 0
+
+
+Event = (
+    AgentRegistered
+    | ItemRecorded
+    | SteeringNoteAdded
+    | ItemPinned
+    | ItemUnpinned
+    | ItemRemoved
+    | FindingVerified
+    | ContextBuildingStarted
+    | ContextPackBuilt
+    | ContextBuildingFailed
+    | ContextBuildingInterrupted
+    | GenerationRefreshed
+    | TurnFailed
+    | CacheUsageRecorded
+    | MemoryPromoted
+    | MemoryVerified
+    | MemoryMarkedStale
+    | MemoryRetired
+    | MemoryDeleted
+    | RecallRendered
+)
+
+EVENT_TYPES: Mapping[str, type[EventBase]] = {
+    cls.__name__: cls
+    for cls in (
+        AgentRegistered,
+        ItemRecorded,
+        SteeringNoteAdded,
+        ItemPinned,
+        ItemUnpinned,
+        ItemRemoved,
+        FindingVerified,
+        ContextBuildingStarted,
+        ContextPackBuilt,
+        ContextBuildingFailed,
+        ContextBuildingInterrupted,
+        GenerationRefreshed,
+        TurnFailed,
+        CacheUsageRecorded,
+        MemoryPromoted,
+        MemoryVerified,
+        MemoryMarkedStale,
+        MemoryRetired,
+        MemoryDeleted,
+        RecallRendered,
+    )
+}
+"""The allow-list: stored type name → class. Nothing outside it is ever decoded."""
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+
+UPCASTERS: Mapping[tuple[str, int], Upcaster] = {}
+"""(type name, from version) → function lifting a payload dict to version + 1.
+
+Every type is at schema version 1 today, so the table is empty; docs/events.md states the
+rules for adding an entry when a type's shape changes incompatibly."""
+
+
+def topic_of(event: EventBase) -> str:
+    """Stored topic of an event: ``TypeName.vN`` (a name from the allow-list, never a path)."""
+    cls = type(event)
+    return f"{cls.__name__}.v{cls.schema_version}"
+
+
+def event_agent(event: Event) -> str:
+    """The agent an event concerns, or ``""`` for project-level (memory) events."""
+    if isinstance(event, AgentRegistered):
+        return event.agent.agent_id
+    return getattr(event, "agent_id", "")

@@ -1,0 +1,272 @@
+"""The context model: layers, sources, items with provenance, agents, packs, generations."""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+__all__ = [
+    "Count",
+    "AgentIdentity",
+    "CompressionMetadata",
+    "ContextPack",
+    "Decision",
+    "DecisionAction",
+    "Durability",
+    "Generation",
+    "GenerationKind",
+    "Item",
+    "Layer",
+    "Source",
+    "TokenBudget",
+    "content_hash",
+    "apply_decision_delta",
+    "decision_delta",
+    "item_id_for",
+    "selection_hash",
+]
+
+
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+"""A non-negative count (tokens, bytes, versions) with an upper bound, so stored payloads
+cannot smuggle numbers no database column holds."""
+
+
+class Layer(enum.IntEnum):
+    """Information class of an item (core-context L0–L4 = the seed's information classes)."""
+
+    L0 = 0  # live execution / ephemeral
+    L1 = 1  # stage-local / task state
+    L2 = 2  # compressed session memory / findings
+    L3 = 3  # durable project memory
+    L4 = 4  # archival history / raw history
+
+    @property
+    def information_class(self) -> str:
+        return _CLASS_NAMES[self]
+
+
+_CLASS_NAMES = {
+    Layer.L0: "ephemeral",
+    Layer.L1: "task_state",
+    Layer.L2: "findings",
+    Layer.L3: "project_memory",
+    Layer.L4: "raw_history",
+}
+
+
+class Source(enum.StrEnum):
+    """Provenance kind of an item."""
+
+    USER_REQUIREMENT = "user_requirement"
+    STEERING_NOTE = "steering_note"
+    ROLE_INSTRUCTION = "role_instruction"
+    VERIFIED_FACT = "verified_fact"
+    WORKER_FINDING = "worker_finding"
+    UNVERIFIED_HYPOTHESIS = "unverified_hypothesis"
+    GENERATED_SUMMARY = "generated_summary"
+    TEST_RESULT = "test_result"
+    REPOSITORY_SOURCE = "repository_source"
+    PARENT_REPORT = "parent_report"
+    RECALLED_MEMORY = "recalled_memory"
+    TOOL_LOG = "tool_log"
+    CONVERSATION = "conversation"
+    ARTIFACT = "artifact"
+    EVENT_HISTORY = "event_history"
+
+
+class Durability(enum.IntEnum):
+    """How long an item is worth keeping; higher survives longer."""
+
+    EPHEMERAL = 0
+    SESSION = 1
+    DURABLE = 2
+
+
+def content_hash(text: str) -> str:
+    """SHA-256 hex digest of the UTF-8 bytes of *text*."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def item_id_for(layer: Layer, source: Source, content: str) -> str:
+    """Content-addressed item id used when the caller gives none."""
+    return "it_" + content_hash(f"{int(layer)}\x1f{source.value}\x1f{content}")[:24]
+
+
+class Item(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One piece of context with provenance (core-context ContextEntry)."""
+
+    id: str
+    layer: Layer
+    source: Source
+    content: str
+    token_count: Count = 0
+    agent: str = ""
+    task: str = ""
+    stage: str = ""
+    phase: str = ""
+    observed_at: datetime | None = None
+    confidence: float = 1.0
+    relevance: float = 0.5
+    durability: Durability = Durability.SESSION
+    verified: bool = False
+    files: tuple[str, ...] = ()
+    symbols: tuple[str, ...] = ()
+    source_id: str = ""
+    pinned: bool = False
+    mandatory: bool = False
+    tool_signature: str = ""
+    group: str = ""
+    failure: bool = False
+
+    @property
+    def hash(self) -> str:
+        return content_hash(self.content)
+
+
+class AgentIdentity(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Who an agent is; survives every generation."""
+
+    agent_id: str
+    role: str
+    task: str = ""
+    parent: str = ""
+    scope: tuple[str, ...] = ()
+    model: str = ""
+    workspace: str = ""
+    budget: Count = 0
+    session_id: str = ""
+
+
+class TokenBudget(msgspec.Struct, frozen=True):
+    """Token limit and consumption of one pack."""
+
+    limit: Count
+    used: Count = 0
+
+    @property
+    def remaining(self) -> int:
+        return self.limit - self.used
+
+    @property
+    def overflow(self) -> int:
+        return max(0, self.used - self.limit)
+
+
+class CompressionMetadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What compression did to a pack (non-authoritative; the events are the truth)."""
+
+    strategies_applied: tuple[str, ...] = ()
+    layers_truncated: tuple[Layer, ...] = ()
+    entries_dropped: Count = 0
+
+
+DecisionAction = Literal["included", "dropped", "compressed", "clipped"]
+
+
+class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """The fate of one candidate item in one build."""
+
+    item_id: str
+    action: DecisionAction
+    reason: str = ""
+    tokens_before: Count = 0
+    tokens_after: Count = 0
+    method: str = ""
+
+
+class ContextPack(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A complete, layered context ready for inference."""
+
+    id: str
+    session_id: str
+    stage_id: str
+    agent_id: str
+    generation: int
+    layers: dict[Layer, tuple[Item, ...]]
+    budget_used: Count
+    budget_limit: Count
+    compression_metadata: CompressionMetadata = CompressionMetadata()
+    decisions: tuple[Decision, ...] = ()
+    overflow: Count = 0
+    counter: str = ""
+    strategy: str = "variable"
+    prefix_hash: str = ""
+
+    @property
+    def items(self) -> tuple[Item, ...]:
+        return tuple(i for layer in sorted(self.layers) for i in self.layers[layer])
+
+
+GenerationKind = Literal["initial", "rebuild", "refresh"]
+
+
+class Generation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Snapshot of what one generation of an agent's context actually held.
+
+    ``decisions`` is the fate of every candidate in the generation's latest build; included,
+    dropped, compressed and clipped items are views over it."""
+
+    number: Count
+    kind: GenerationKind = "initial"
+    reason: str = ""
+    trigger: str = ""
+    phase: str = ""
+    strategy: str = "variable"
+    budget: Count = 0
+    tokens_used: Count = 0
+    overflow: Count = 0
+    builds: Count = 0
+    last_pack_id: str = ""
+    selection_hash: str = ""
+    decisions: dict[str, Decision] = {}
+
+    def _with(self, *actions: str) -> tuple[Decision, ...]:
+        return tuple(d for d in self.decisions.values() if d.action in actions)
+
+    @property
+    def included(self) -> tuple[Decision, ...]:
+        """Items in the prompt (whole, compressed or clipped)."""
+        return self._with("included", "compressed", "clipped")
+
+    @property
+    def dropped(self) -> tuple[Decision, ...]:
+        return self._with("dropped")
+
+    @property
+    def compressed(self) -> tuple[Decision, ...]:
+        return self._with("compressed", "clipped")
+
+
+def selection_hash(decisions: dict[str, Decision]) -> str:
+    """Hash of a whole selection (every candidate's fate), independent of dict order."""
+    h = hashlib.sha256()
+    for item_id in sorted(decisions):
+        d = decisions[item_id]
+        h.update(f"{item_id}\x1f{d.action}\x1f{d.tokens_after}\x1e".encode())
+    return h.hexdigest()
+
+
+def apply_decision_delta(
+    previous: dict[str, Decision], changed: tuple[Decision, ...], retired: tuple[str, ...]
+) -> dict[str, Decision]:
+    """The full selection after a build, from the previous one and the recorded delta."""
+    result = dict(previous)
+    for item_id in retired:
+        result.pop(item_id, None)
+    for d in changed:
+        result[d.item_id] = d
+    return result
+
+
+def decision_delta(
+    previous: dict[str, Decision], current: dict[str, Decision]
+) -> tuple[tuple[Decision, ...], tuple[str, ...]]:
+    """What a build must record so that ``apply_decision_delta`` rebuilds ``current``."""
+    changed = tuple(d for k, d in current.items() if previous.get(k) != d)
+    retired = tuple(sorted(k for k in previous if k not in current))
+    return changed, retired

@@ -1,0 +1,45 @@
+"""What an orchestrator asks for: a BuildRequest with its Scope."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from ctxledger.domain.model import Layer, Source
+
+__all__ = ["BuildRequest", "Scope"]
+
+
+class Scope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Limits of one build; fixed within a generation, takes effect at build/refresh boundaries.
+
+    Empty ``layers``/``sources`` mean "all". ``dependency_task_ids`` set (even to ``()``)
+    restricts parent reports to those task ids. ``clip_above_tokens`` > 0 clips every
+    non-mandatory, non-pinned item larger than that to a head/tail excerpt.
+    """
+
+    layers: tuple[Layer, ...] = ()
+    sources: tuple[Source, ...] = ()
+    exclude_project_memory: bool = False
+    dependency_task_ids: tuple[str, ...] | None = None
+    clip_above_tokens: int = 0
+
+
+class BuildRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """Ask for the next pack of one agent under a token budget."""
+
+    agent_id: str
+    budget: int
+    now: datetime
+    task: str = ""
+    role: str = ""
+    phase: str = ""
+    strategy: str = "variable"
+    files: tuple[str, ...] = ()
+    symbols: tuple[str, ...] = ()
+    keywords: tuple[str, ...] = ()
+    failures: tuple[str, ...] = ()
+    scope: Scope = Scope()
+    session_id: str = ""
+    stage_id: str = ""

@@ -1,0 +1,106 @@
+"""ContextState (core-context): which packs were built, and whether a build is in progress."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+import msgspec
+
+from ctxledger.domain.events import (
+    AgentRegistered,
+    CacheUsageRecorded,
+    ContextBuildingFailed,
+    ContextBuildingInterrupted,
+    ContextBuildingStarted,
+    ContextPackBuilt,
+    Event,
+    FindingVerified,
+    GenerationRefreshed,
+    ItemPinned,
+    ItemRecorded,
+    ItemRemoved,
+    ItemUnpinned,
+    MemoryDeleted,
+    MemoryMarkedStale,
+    MemoryPromoted,
+    MemoryRetired,
+    MemoryVerified,
+    RecallRendered,
+    SteeringNoteAdded,
+    TurnFailed,
+)
+
+__all__ = ["ContextState", "ContextStates", "evolve_context_state", "evolve_context_states"]
+
+
+class ContextState(msgspec.Struct, frozen=True, kw_only=True):
+    """Build status of one agent's context."""
+
+    built_pack_ids: tuple[str, ...] = ()
+    building_in_progress: bool = False
+    interrupted: bool = False
+
+
+def evolve_context_state(state: ContextState, event: Event) -> ContextState:
+    """The seed's reducer, total over the event union.
+
+    Started → building_in_progress; Built → append the pack id, reset both flags;
+    Failed → reset both flags; Interrupted → interrupted, building_in_progress false.
+    Every other event leaves the state as it is. The reducer does not reject "illegal"
+    orders (docs/events.md): a Built with no Started still records its pack id.
+    """
+    match event:
+        case ContextBuildingStarted():
+            return msgspec.structs.replace(state, building_in_progress=True)
+        case ContextPackBuilt(pack_id=pack_id):
+            return ContextState(built_pack_ids=(*state.built_pack_ids, pack_id))
+        case ContextBuildingFailed():
+            return msgspec.structs.replace(state, building_in_progress=False, interrupted=False)
+        case ContextBuildingInterrupted():
+            return msgspec.structs.replace(state, building_in_progress=False, interrupted=True)
+        case (
+            AgentRegistered()
+            | ItemRecorded()
+            | SteeringNoteAdded()
+            | ItemPinned()
+            | ItemUnpinned()
+            | ItemRemoved()
+            | FindingVerified()
+            | GenerationRefreshed()
+            | TurnFailed()
+            | CacheUsageRecorded()
+            | MemoryPromoted()
+            | MemoryVerified()
+            | MemoryMarkedStale()
+            | MemoryRetired()
+            | MemoryDeleted()
+            | RecallRendered()
+        ):
+            return state
+        case _:
+            assert_never(event)
+
+
+class ContextStates(msgspec.Struct, frozen=True, kw_only=True):
+    """ContextState of every agent, keyed by agent id."""
+
+    by_agent: dict[str, ContextState] = {}
+
+
+_LIFECYCLE = (
+    ContextBuildingStarted,
+    ContextPackBuilt,
+    ContextBuildingFailed,
+    ContextBuildingInterrupted,
+)
+
+
+def evolve_context_states(states: ContextStates, event: Event) -> ContextStates:
+    """Route lifecycle events to their agent's ContextState."""
+    if not isinstance(event, _LIFECYCLE):
+        return states
+    current = states.by_agent.get(event.agent_id, ContextState())
+    updated = evolve_context_state(current, event)
+    if updated is current:
+        return states
+    return ContextStates(by_agent={**states.by_agent, event.agent_id: updated})

@@ -1,0 +1,63 @@
+"""The installed `ctxledger` command: demo, replay --verify, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "ctxledger.adapters.cli"]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ},
+    )
+
+
+def test_demo_then_replay_verify_is_equal(tmp_path: Path) -> None:
+    demo = run("demo", "--path", ".ctxledger/demo.db", cwd=tmp_path)
+    assert demo.returncode == 0, demo.stderr
+    assert "ContextState" in demo.stdout
+    out = run(
+        "replay", "--store", "sqlite:///.ctxledger/demo.db", "--verify", "--json", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["equal"] is True
+    assert result["events"] >= 10
+    assert set(result["projections"]) >= {"context_state", "generations"}
+
+
+def test_replay_verify_detects_a_tampered_read_model(tmp_path: Path) -> None:
+    import sqlite3
+
+    assert run("demo", "--path", "d.db", cwd=tmp_path).returncode == 0
+    con = sqlite3.connect(tmp_path / "d.db")
+    con.execute(
+        "UPDATE ctxledger_projections SET state=? WHERE name='context_state'",
+        (b'{"by_agent":{}}',),
+    )
+    con.commit()
+    con.close()
+    out = run("replay", "--store", "sqlite:///d.db", "--verify", "--json", cwd=tmp_path)
+    assert out.returncode == 1
+    assert json.loads(out.stdout)["projections"]["context_state"]["equal"] is False
+    assert out.stderr.count("\n") == 1
+    assert "context_state" in out.stderr
+
+
+def test_bad_store_url_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    out = run("replay", "--store", "ftp://x", "--verify", cwd=tmp_path)
+    assert out.returncode == 1
+    assert out.stderr.startswith("ctxledger: error: ftp://x")
+    assert out.stderr.count("\n") == 1
+    assert "Traceback" not in out.stderr
