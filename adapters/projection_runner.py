@@ -105,6 +105,20 @@ class ProjectionRunner:
             {name: encode_state(state) for name, state in self.states.items()}, self.position
         )
 
+    def catch_up(self) -> int:
+        """Fold events appended since the last look, in memory (``save`` persists them)."""
+        total = 0
+        evolvers = [(p.name, p.evolve) for p in self.projections]
+        states = self.states
+        for rec in self.ledger.read_all(after=self.position):
+            event = rec.event
+            for name, evolve in evolvers:
+                states[name] = evolve(states[name], event)
+            self.position = rec.position
+            total += 1
+        self.applied += total
+        return total
+
     def run_once(self) -> int:
         """Catch up with the log; returns the number of events applied."""
         total = 0

@@ -157,6 +157,7 @@ _EVENT_STRATEGIES: dict[type[ev.EventBase], st.SearchStrategy[Any]] = {
         overflow=_count,
         decisions=st.lists(decisions(), max_size=4).map(tuple),
         retired=st.lists(_ids, max_size=3).map(tuple),
+        order_appended=st.lists(_ids, max_size=3).map(tuple),
         selection_hash=_short,
         included_count=_count,
         compression=st.builds(

@@ -128,7 +128,9 @@ class ContextBuildingStarted(EventBase, frozen=True, kw_only=True):
 class ContextPackBuilt(EventBase, frozen=True, kw_only=True):
     """A pack was built. Carries the *delta* of decisions against the previous pack of the
     same generation (``decisions`` changed, ``retired`` no longer candidates) plus a hash of
-    the whole selection, so the ledger grows with what changed, not with the pack."""
+    the whole selection, so the ledger grows with what changed, not with the pack.
+    ``order_appended`` lists the GENERATION-segment item ids this build appended (the first
+    build of a generation lists the whole order), so the emitted order is rebuilt by replay."""
 
     agent_id: str
     pack_id: str
@@ -140,6 +142,7 @@ class ContextPackBuilt(EventBase, frozen=True, kw_only=True):
     overflow: Count = 0
     decisions: tuple[Decision, ...] = ()
     retired: tuple[str, ...] = ()
+    order_appended: tuple[str, ...] = ()
     selection_hash: str = ""
     included_count: Count = 0
     compression: CompressionMetadata = CompressionMetadata()

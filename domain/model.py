@@ -177,6 +177,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     tokens_before: Count = 0
     tokens_after: Count = 0
     method: str = ""
+    content: str = ""
+    """The text sent, for compressed and clipped items only (replay shows exactly what went in)."""
 
 
 class ContextPack(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -224,6 +226,7 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     last_pack_id: str = ""
     selection_hash: str = ""
     decisions: dict[str, Decision] = {}
+    order: tuple[str, ...] = ()
 
     def _with(self, *actions: str) -> tuple[Decision, ...]:
         return tuple(d for d in self.decisions.values() if d.action in actions)

@@ -11,7 +11,10 @@ import msgspec
 from ctxledger.domain.events import Event
 from ctxledger.projections.cache_stats import CacheStats, evolve_cache_stats
 from ctxledger.projections.context_state import ContextStates, evolve_context_states
+from ctxledger.projections.gc_indicators import GcIndicators, evolve_gc_indicators
 from ctxledger.projections.generations import Generations, evolve_generations
+from ctxledger.projections.pool import Pool, evolve_pool
+from ctxledger.projections.strategy_metrics import StrategyMetrics, evolve_strategy_metrics
 
 __all__ = ["PROJECTIONS", "Projection", "fold", "fold_all"]
 
@@ -41,6 +44,9 @@ PROJECTIONS: tuple[Projection[Any], ...] = (
     Projection("context_state", ContextStates, evolve_context_states),
     Projection("generations", Generations, evolve_generations),
     Projection("cache_stats", CacheStats, evolve_cache_stats),
+    Projection("pool", Pool, evolve_pool),
+    Projection("gc_indicators", GcIndicators, evolve_gc_indicators),
+    Projection("strategy_metrics", StrategyMetrics, evolve_strategy_metrics),
 )
 """Every persisted read model, in a fixed order."""
 

@@ -61,6 +61,15 @@ def _replace_current(ag: AgentGenerations, gen: Generation) -> AgentGenerations:
     return AgentGenerations(agent=ag.agent, generations=(*ag.generations[:-1], gen))
 
 
+def _next_order(
+    order: tuple[str, ...], appended: tuple[str, ...], retired: tuple[str, ...]
+) -> tuple[str, ...]:
+    if retired:
+        gone = set(retired)
+        order = tuple(i for i in order if i not in gone)
+    return order + appended if appended else order
+
+
 def evolve_generations(state: Generations, event: Event) -> Generations:
     """Fold one event. Events for agents never registered are ignored (the audit reports them)."""
     match event:
@@ -87,6 +96,7 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
                 last_pack_id=event.pack_id,
                 selection_hash=event.selection_hash,
                 decisions=apply_decision_delta(cur.decisions, event.decisions, event.retired),
+                order=_next_order(cur.order, event.order_appended, event.retired),
             )
             return Generations(
                 by_agent={**state.by_agent, event.agent_id: _replace_current(ag, gen)}

@@ -1,0 +1,789 @@
+"""ContextEngine: the composition root. Wires ledger, tokenizer, clock and policies.
+
+Every public call turns into events appended to the agent's stream (optimistic concurrency:
+a conflict re-reads the log and decides again), and every answer is computed from read models
+that replay rebuilds exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import msgspec
+
+from ctxledger.adapters.ledger import Ledger, open_ledger, stream_id_for
+from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.tokens import default_counter
+from ctxledger.domain import events as ev
+from ctxledger.domain.errors import (
+    ConflictError,
+    InvalidInputError,
+    RefreshExhaustedError,
+    UnknownAgentError,
+)
+from ctxledger.domain.generation_policy import (
+    DEFAULT_WATERMARK,
+    EmittedContext,
+    plan_build,
+    refresh_split,
+    shrink_cap,
+)
+from ctxledger.domain.model import (
+    AgentIdentity,
+    ContextPack,
+    Durability,
+    Item,
+    Layer,
+    Source,
+    content_hash,
+    decision_delta,
+    item_id_for,
+    selection_hash,
+)
+from ctxledger.domain.ports import Clock, TokenCounter
+from ctxledger.domain.prefix import changed_segment, lcp_bytes
+from ctxledger.domain.prompt import PromptParts, compose
+from ctxledger.domain.render import to_anthropic, to_openai
+from ctxledger.domain.request import BuildRequest, Scope
+from ctxledger.domain.strategies import get_strategy
+from ctxledger.domain.turn_errors import TurnError, classify_turn_error
+from ctxledger.domain.usage import normalize_usage
+from ctxledger.projections.generations import AgentGenerations, Generations
+from ctxledger.projections.pool import AgentPool, Pool
+
+__all__ = [
+    "BuildResult",
+    "ContextEngine",
+    "EngineSettings",
+    "SystemClock",
+    "TurnErrorOutcome",
+    "retry_on_conflict",
+]
+
+
+class SystemClock:
+    """The real clock (UTC, timezone-aware)."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineSettings:
+    """Frozen engine configuration."""
+
+    session_id: str = "default"
+    watermark: float = DEFAULT_WATERMARK
+    max_refreshes: int = 3
+    conflict_retries: int = 8
+    save_every: int = 500
+
+
+class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
+    """One built pack with its composed prompt."""
+
+    pack: ContextPack
+    prompt: PromptParts
+    kind: Literal["initial", "append", "rebuild"]
+    generation: int
+    message: str = ""
+
+
+class TurnErrorOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``on_turn_error`` did: refreshed (with the retry's pack) or recorded only."""
+
+    error: TurnError
+    refreshed: bool
+    message: str = ""
+    result: BuildResult | None = None
+
+
+def retry_on_conflict(
+    fn: Callable[[], Any], *, attempts: int, on_conflict: Callable[[], object]
+) -> Any:
+    """Run *fn*; on ConflictError call *on_conflict* (re-read) and retry, up to *attempts*."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except ConflictError:
+            if attempt == attempts - 1:
+                raise
+            on_conflict()
+    return None  # pragma: no cover - loop always returns or raises
+
+
+@dataclasses.dataclass
+class _AgentRuntime:
+    """In-memory cache of the last prompt of an agent (rebuilt lazily after a restart)."""
+
+    last_prompt: PromptParts | None = None
+    last_request: BuildRequest | None = None
+    last_expected_bytes: int = 0
+    refresh_attempts: int = 0
+
+
+class ContextEngine:
+    """The context engine for one ledger."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        counter: TokenCounter | None = None,
+        clock: Clock | None = None,
+        settings: EngineSettings | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.counter = counter or default_counter()
+        self.clock = clock or SystemClock()
+        self.settings = settings or EngineSettings()
+        self.runner = ProjectionRunner(ledger)
+        self.runner.run_once()
+        self._since_save = 0
+        self._runtime: dict[str, _AgentRuntime] = {}
+
+    @classmethod
+    def open(cls, url: str, **kwargs: Any) -> ContextEngine:
+        return cls(open_ledger(url), **kwargs)
+
+    def close(self) -> None:
+        self.checkpoint()
+        self.ledger.close()
+
+    def __enter__(self) -> ContextEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- read models ----------------------------------------------------------------------------
+
+    def catch_up(self) -> None:
+        """Fold events other processes appended since we last looked."""
+        self.runner.catch_up()
+
+    def checkpoint(self) -> None:
+        """Persist the read models with their position."""
+        self.runner.catch_up()
+        self.runner.save()
+        self._since_save = 0
+
+    @property
+    def states(self) -> dict[str, Any]:
+        return self.runner.states
+
+    def agent(self, agent_id: str) -> AgentGenerations:
+        gens: Generations = self.states["generations"]
+        found = gens.by_agent.get(agent_id)
+        if found is None:
+            raise UnknownAgentError(f"unknown agent {agent_id[:80]!r}")
+        return found
+
+    def pool(self, agent_id: str) -> AgentPool:
+        pool: Pool = self.states["pool"]
+        return pool.by_agent.get(agent_id, AgentPool())
+
+    def _stream(self, agent_id: str) -> str:
+        session = self.settings.session_id
+        gens: Generations = self.states["generations"]
+        ag = gens.by_agent.get(agent_id)
+        if ag is not None and ag.agent.session_id:
+            session = ag.agent.session_id
+        return stream_id_for(session, agent_id)
+
+    def _rt(self, agent_id: str) -> _AgentRuntime:
+        return self._runtime.setdefault(agent_id, _AgentRuntime())
+
+    # --- appending ------------------------------------------------------------------------------
+
+    def _append(self, agent_id: str, make: Callable[[], list[ev.Event]]) -> list[ev.Event]:
+        """Decide (``make``) and append atomically; on a conflict re-read and decide again."""
+        stream = self._stream(agent_id)
+
+        def attempt() -> list[ev.Event]:
+            events = make()
+            if not events:
+                return []
+            version = self.ledger.stream_version(stream)
+            self.ledger.append(stream, events, expected_version=version)
+            self.runner.catch_up()
+            return events
+
+        result: list[ev.Event] = retry_on_conflict(
+            attempt, attempts=self.settings.conflict_retries, on_conflict=self.runner.catch_up
+        )
+        self._since_save += len(result)
+        if self._since_save >= self.settings.save_every:
+            self.checkpoint()
+        return result
+
+    def _now(self) -> datetime:
+        now = self.clock.now()
+        if now.tzinfo is None:
+            raise InvalidInputError("the clock must return timezone-aware datetimes")
+        return now
+
+    # --- agents and items -----------------------------------------------------------------------
+
+    def register_agent(self, identity: AgentIdentity) -> None:
+        """Record an agent identity once; re-registering the same identity is a no-op."""
+        if not identity.agent_id or len(identity.agent_id) > 200:
+            raise InvalidInputError("agent_id must be 1–200 characters")
+        if not identity.session_id:
+            identity = msgspec.structs.replace(identity, session_id=self.settings.session_id)
+        gens: Generations = self.states["generations"]
+        existing = gens.by_agent.get(identity.agent_id)
+        if existing is not None:
+            if existing.agent != identity:
+                raise InvalidInputError(
+                    f"agent {identity.agent_id!r} is already registered with another identity"
+                )
+            return
+        stream = stream_id_for(identity.session_id, identity.agent_id)
+        event = ev.AgentRegistered(at=self._now(), agent=identity)
+        self.ledger.append(stream, [event], expected_version=self.ledger.stream_version(stream))
+        self.runner.catch_up()
+
+    def make_item(
+        self,
+        agent_id: str,
+        content: str,
+        *,
+        layer: Layer = Layer.L0,
+        source: Source = Source.TOOL_LOG,
+        item_id: str = "",
+        **provenance: Any,
+    ) -> Item:
+        """An Item with a content-addressed id (unless given) and its token count."""
+        if not isinstance(content, str):
+            raise InvalidInputError("item content must be text")
+        iid = item_id or item_id_for(layer, source, content)
+        try:
+            return Item(
+                id=iid,
+                layer=layer,
+                source=source,
+                content=content,
+                token_count=self.counter.count(content),
+                agent=agent_id,
+                observed_at=provenance.pop("observed_at", None) or self._now(),
+                **provenance,
+            )
+        except TypeError as exc:
+            raise InvalidInputError(f"bad item field: {exc}") from None
+
+    def record(self, agent_id: str, item: Item | str, **kwargs: Any) -> Item:
+        """Record an observation into the agent's pool (text or a ready Item)."""
+        self.agent(agent_id)
+        it = item if isinstance(item, Item) else self.make_item(agent_id, item, **kwargs)
+        if it.token_count == 0 and it.content:
+            it = msgspec.structs.replace(it, token_count=self.counter.count(it.content))
+        if it.source == Source.VERIFIED_FACT and not it.verified:
+            raise InvalidInputError(
+                "a verified_fact must be verified; record a finding and verify it"
+            )
+        if it.source == Source.RECALLED_MEMORY:
+            raise InvalidInputError("recalled_memory is rendered by recall, never recorded")
+        self._append(
+            agent_id, lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=it)]
+        )
+        return it
+
+    def record_many(self, agent_id: str, items: Sequence[Item]) -> None:
+        """Record several items in one append."""
+        self.agent(agent_id)
+        ready = [
+            i
+            if i.token_count or not i.content
+            else msgspec.structs.replace(i, token_count=self.counter.count(i.content))
+            for i in items
+        ]
+        self._append(
+            agent_id,
+            lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready],
+        )
+
+    def add_steering_note(self, agent_id: str, text: str, *, stage: str = "") -> Item:
+        """User guidance: pinned, session-stable, never dropped."""
+        self.agent(agent_id)
+        item = self.make_item(
+            agent_id,
+            text,
+            layer=Layer.L1,
+            source=Source.STEERING_NOTE,
+            pinned=True,
+            stage=stage,
+            durability=Durability.DURABLE,
+            observed_at=None,
+        )
+        self._append(
+            agent_id, lambda: [ev.SteeringNoteAdded(at=self._now(), agent_id=agent_id, item=item)]
+        )
+        return item
+
+    def _known_item(self, agent_id: str, item_id: str) -> Item:
+        pool = self.pool(agent_id)
+        if item_id not in pool.items:
+            raise InvalidInputError(f"agent {agent_id!r} has no item {item_id[:80]!r}")
+        return pool.items[item_id]
+
+    def pin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
+        self._known_item(agent_id, item_id)
+        self._append(
+            agent_id,
+            lambda: [ev.ItemPinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
+        )
+
+    def unpin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
+        self._known_item(agent_id, item_id)
+        self._append(
+            agent_id,
+            lambda: [ev.ItemUnpinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
+        )
+
+    def remove(self, agent_id: str, item_id: str, *, reason: str = "manual") -> None:
+        item = self._known_item(agent_id, item_id)
+        if item.pinned or item.mandatory:
+            raise InvalidInputError(f"item {item_id!r} is pinned or mandatory; unpin it first")
+        self._append(
+            agent_id,
+            lambda: [
+                ev.ItemRemoved(at=self._now(), agent_id=agent_id, item_id=item_id, reason=reason)
+            ],
+        )
+
+    def verify_finding(
+        self, agent_id: str, item_id: str, *, by: str = "", evidence: str = ""
+    ) -> None:
+        """Explicitly verify exactly one finding identity."""
+        item = self._known_item(agent_id, item_id)
+        if item.source == Source.RECALLED_MEMORY:
+            raise InvalidInputError("recalled memory cannot be verified as a fact")
+        self._append(
+            agent_id,
+            lambda: [
+                ev.FindingVerified(
+                    at=self._now(), agent_id=agent_id, item_id=item_id, by=by, evidence=evidence
+                )
+            ],
+        )
+
+    def promote(self, agent_id: str, item_id: str, *, partition: str = "") -> str:
+        """Promote an item to a project-memory candidate (verified stays false)."""
+        item = self._known_item(agent_id, item_id)
+        body_hash = content_hash(item.content)
+        memory_id = "mem_" + content_hash(f"{partition}\x1f{body_hash}")[:24]
+        self._append(
+            agent_id,
+            lambda: [
+                ev.MemoryPromoted(
+                    at=self._now(),
+                    memory_id=memory_id,
+                    item_id=item_id,
+                    agent_id=agent_id,
+                    body_hash=body_hash,
+                    partition=partition,
+                )
+            ],
+        )
+        return memory_id
+
+    # --- building -------------------------------------------------------------------------------
+
+    @staticmethod
+    def _window_cap(ag: AgentGenerations) -> int:
+        """The smallest budget a context-limit refresh learned for this agent (0: none)."""
+        caps = [g.budget for g in ag.generations if g.kind == "refresh" and g.budget]
+        return min(caps) if caps else 0
+
+    def _emitted_context(self, agent_id: str) -> EmittedContext | None:
+        gen = self.agent(agent_id).current
+        if not gen.decisions:
+            return None
+        pool = self.pool(agent_id)
+        emitted: dict[str, Item] = {}
+        for item_id, d in gen.decisions.items():
+            if d.action == "dropped" or item_id not in pool.items:
+                continue
+            item = pool.items[item_id]
+            if d.action in ("compressed", "clipped"):
+                item = msgspec.structs.replace(item, content=d.content, token_count=d.tokens_after)
+            emitted[item_id] = item
+        return EmittedContext(
+            generation=gen.number,
+            decisions=gen.decisions,
+            emitted=emitted,
+            order=gen.order,
+            used=gen.tokens_used,
+        )
+
+    def build(
+        self,
+        agent_id: str,
+        *,
+        budget: int | None = None,
+        strategy: str | None = None,
+        task: str = "",
+        phase: str = "",
+        files: Sequence[str] = (),
+        symbols: Sequence[str] = (),
+        keywords: Sequence[str] = (),
+        failures: Sequence[str] = (),
+        scope: Scope | None = None,
+        latest_user_input: str = "",
+        stage_id: str = "",
+    ) -> BuildResult:
+        """Build the agent's next pack and compose its prompt; records every decision."""
+        ag = self.agent(agent_id)
+        rt = self._rt(agent_id)
+        gen = ag.current
+        want = (
+            budget
+            if budget is not None
+            else (rt.last_request.budget if rt.last_request else ag.agent.budget)
+        )
+        if not want or want <= 0:
+            raise InvalidInputError("a build needs a positive token budget")
+        cap = self._window_cap(ag)
+        effective = min(want, cap) if cap else want
+        name = strategy or (rt.last_request.strategy if rt.last_request else "variable")
+        get_strategy(name)  # unknown names fail before anything is written
+        request = BuildRequest(
+            agent_id=agent_id,
+            budget=effective,
+            now=self._now(),
+            task=task or ag.agent.task,
+            role=ag.agent.role,
+            phase=phase,
+            strategy=name,
+            files=tuple(files),
+            symbols=tuple(symbols),
+            keywords=tuple(keywords),
+            failures=tuple(failures),
+            scope=scope or (rt.last_request.scope if rt.last_request else Scope()),
+            session_id=ag.agent.session_id,
+            stage_id=stage_id,
+        )
+        if rt.last_request is not None and gen.builds and request.scope != rt.last_request.scope:
+            raise InvalidInputError(
+                "scope is fixed within a generation; refresh or rebuild to change it"
+            )
+        rt.last_request = request
+        return self._build(agent_id, request, latest_user_input=latest_user_input)
+
+    def _build(
+        self,
+        agent_id: str,
+        request: BuildRequest,
+        *,
+        latest_user_input: str = "",
+        force_rebuild: str = "",
+    ) -> BuildResult:
+        rt = self._rt(agent_id)
+        holder: dict[str, BuildResult] = {}
+        holder_expected: dict[str, int] = {}
+
+        def make() -> list[ev.Event]:
+            ag = self.agent(agent_id)
+            gen = ag.current
+            ctx = self._emitted_context(agent_id)
+            candidates = self.pool(agent_id).candidates()
+            plan = plan_build(
+                request,
+                candidates,
+                ctx,
+                self.counter,
+                watermark=self.settings.watermark,
+                force_rebuild=force_rebuild,
+            )
+            events: list[ev.Event] = []
+            now = request.now
+            number = gen.number
+            previous_decisions = gen.decisions
+            if plan.kind == "rebuild":
+                number = gen.number + 1
+                events.append(
+                    ev.GenerationRefreshed(
+                        at=now,
+                        agent_id=agent_id,
+                        kind="rebuild",
+                        from_generation=gen.number,
+                        to_generation=number,
+                        reason=plan.reason,
+                        trigger="manual" if force_rebuild else "budget",
+                        phase=request.phase,
+                        strategy=request.strategy,
+                        budget=request.budget,
+                        carried=tuple(
+                            i for i, d in plan.result.decisions.items() if d.action != "dropped"
+                        ),
+                    )
+                )
+                previous_decisions = {}
+            pack_id = (
+                f"{agent_id}/g{number}/v{self.ledger.stream_version(self._stream(agent_id)) + 1}"
+            )
+            events.append(
+                ev.ContextBuildingStarted(
+                    at=now,
+                    agent_id=agent_id,
+                    pack_id=pack_id,
+                    session_id=request.session_id,
+                    stage_id=request.stage_id,
+                    generation=number,
+                )
+            )
+            result = plan.result
+            items_by_id = {i.id: i for i in result.items}
+            decisions = {
+                k: (
+                    msgspec.structs.replace(d, content=items_by_id[k].content)
+                    if d.action in ("compressed", "clipped") and k in items_by_id
+                    else d
+                )
+                for k, d in result.decisions.items()
+            }
+            prompt = compose(
+                result.items,
+                emitted_order=plan.emitted_order,
+                status=(
+                    f"Generation {number} · {result.used}/{request.budget} tokens"
+                    f" · strategy {request.strategy}"
+                ),
+                latest_user_input=latest_user_input,
+            )
+            prev_prompt = rt.last_prompt
+            prompt_bytes = prompt.text.encode("utf-8")
+            expected = (
+                lcp_bytes(prev_prompt.text.encode("utf-8"), prompt_bytes) if prev_prompt else 0
+            )
+            holder_expected["bytes"] = expected
+            changed, retired = decision_delta(previous_decisions, decisions)
+            previous_order = set(gen.order) if plan.kind != "rebuild" else set()
+            appended = tuple(i for i in prompt.order if i not in previous_order)
+            layers: dict[Layer, list[Item]] = {}
+            for item in result.items:
+                layers.setdefault(item.layer, []).append(item)
+            pack = ContextPack(
+                id=pack_id,
+                session_id=request.session_id,
+                stage_id=request.stage_id,
+                agent_id=agent_id,
+                generation=number,
+                layers={k: tuple(v) for k, v in sorted(layers.items())},
+                budget_used=result.used,
+                budget_limit=request.budget,
+                compression_metadata=result.metadata,
+                decisions=tuple(decisions.values()),
+                overflow=max(0, result.used - request.budget),
+                counter=result.counter,
+                strategy=request.strategy,
+                prefix_hash=prompt.prefix_hash,
+            )
+            events.append(
+                ev.ContextPackBuilt(
+                    at=now,
+                    agent_id=agent_id,
+                    pack_id=pack_id,
+                    generation=number,
+                    strategy=request.strategy,
+                    counter=result.counter,
+                    budget_limit=request.budget,
+                    budget_used=result.used,
+                    overflow=pack.overflow,
+                    decisions=changed,
+                    retired=retired,
+                    order_appended=appended,
+                    selection_hash=selection_hash(decisions),
+                    included_count=sum(d.action != "dropped" for d in decisions.values()),
+                    compression=result.metadata,
+                    prefix_hash=prompt.prefix_hash,
+                    prompt_bytes=len(prompt_bytes),
+                    expected_cached_bytes=expected,
+                    changed_segment=changed_segment(prev_prompt, prompt) if prev_prompt else "",
+                )
+            )
+            message = ""
+            if plan.kind == "rebuild":
+                message = (
+                    f"Context rebuilt · Generation {gen.number} → {number} · Reason: {plan.reason}"
+                )
+            holder["result"] = BuildResult(
+                pack=pack, prompt=prompt, kind=plan.kind, generation=number, message=message
+            )
+            return events
+
+        self._append(agent_id, make)
+        out = holder["result"]
+        rt.last_prompt = out.prompt
+        rt.last_expected_bytes = holder_expected.get("bytes", 0)
+        return out
+
+    # --- rendering and usage --------------------------------------------------------------------
+
+    def render(
+        self,
+        result: BuildResult,
+        *,
+        provider: Literal["anthropic", "openai"],
+        model: str,
+        max_tokens: int = 4096,
+    ) -> dict[str, Any]:
+        """The provider request body (plain dicts) for a built prompt."""
+        if provider == "anthropic":
+            return to_anthropic(result.prompt, model=model, max_tokens=max_tokens)
+        if provider == "openai":
+            return to_openai(result.prompt, model=model)
+        raise InvalidInputError(f"unknown provider {provider!r}; use anthropic or openai")
+
+    def report_usage(self, agent_id: str, usage: Mapping[str, Any]) -> ev.CacheUsageRecorded:
+        """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call."""
+        ag = self.agent(agent_id)
+        u = normalize_usage(usage)
+        rt = self._rt(agent_id)
+        rt.refresh_attempts = 0
+        expected = 0
+        gen = ag.current
+        if gen.builds and rt.last_prompt is not None:
+            total = len(rt.last_prompt.text.encode("utf-8")) or 1
+            expected = round(u.prompt_tokens * rt.last_expected_bytes / total)
+        event = ev.CacheUsageRecorded(
+            at=self._now(),
+            agent_id=agent_id,
+            generation=gen.number,
+            provider=u.provider,
+            input_tokens=u.input_tokens,
+            cache_read_tokens=u.cache_read_tokens,
+            cache_write_tokens=u.cache_write_tokens,
+            output_tokens=u.output_tokens,
+            expected_cached_tokens=expected,
+        )
+        self._append(agent_id, lambda: [event])
+        return event
+
+    # --- errors and refresh ---------------------------------------------------------------------
+
+    def on_turn_error(
+        self, agent_id: str, error: object, *, provider: str = ""
+    ) -> TurnErrorOutcome:
+        """Record a failed model call; refresh only on a context-limit error.
+
+        Returns the refreshed generation's pack for the retry. Repeated refreshes that make
+        no progress end in RefreshExhaustedError (never a loop).
+        """
+        ag = self.agent(agent_id)
+        verdict = classify_turn_error(error, provider=provider)
+        gen = ag.current
+        failed = ev.TurnFailed(
+            at=self._now(),
+            agent_id=agent_id,
+            generation=gen.number,
+            error_class=verdict.error_class,
+            provider=verdict.provider,
+            code=verdict.code,
+            message=verdict.message,
+        )
+        self._append(agent_id, lambda: [failed])
+        if verdict.error_class != "context_limit":
+            return TurnErrorOutcome(error=verdict, refreshed=False)
+        reason = f"context-limit error{' from ' + verdict.provider if verdict.provider else ''}"
+        result = self.refresh(agent_id, reason=reason, trigger="context_limit")
+        return TurnErrorOutcome(
+            error=verdict, refreshed=True, message=result.message, result=result
+        )
+
+    def refresh(
+        self,
+        agent_id: str,
+        *,
+        reason: str = "manual",
+        trigger: Literal["context_limit", "manual"] = "manual",
+    ) -> BuildResult:
+        """The refresh pipeline: keep durable state, drop ephemeral and raw history, start a
+        new generation (same agent identity) and build its first pack, smaller than before."""
+        rt = self._rt(agent_id)
+        failed_tokens = self.agent(agent_id).current.tokens_used
+        while True:
+            if rt.refresh_attempts >= self.settings.max_refreshes:
+                raise RefreshExhaustedError(
+                    f"agent {agent_id!r}: {rt.refresh_attempts} refreshes without a successful "
+                    "turn; the pinned and mandatory context alone may exceed the model's window"
+                )
+            rt.refresh_attempts += 1
+            result = self._refresh_once(
+                agent_id, reason=reason, trigger=trigger, failed_tokens=failed_tokens
+            )
+            if trigger == "manual" or failed_tokens == 0 or result.pack.budget_used < failed_tokens:
+                return result
+
+    def _refresh_once(
+        self,
+        agent_id: str,
+        *,
+        reason: str,
+        trigger: Literal["context_limit", "manual"],
+        failed_tokens: int,
+    ) -> BuildResult:
+        rt = self._rt(agent_id)
+        ag = self.agent(agent_id)
+        gen = ag.current
+        request = rt.last_request or BuildRequest(
+            agent_id=agent_id,
+            budget=ag.agent.budget or 1,
+            now=self._now(),
+            role=ag.agent.role,
+            task=ag.agent.task,
+        )
+        cap = gen.budget if gen.budget else request.budget
+        if trigger == "context_limit":
+            cap = shrink_cap(failed_tokens or cap, cap, rt.refresh_attempts)
+        pool = self.pool(agent_id)
+        latest = frozenset(pool.new_since_last_build()) | frozenset(
+            i for i, n in pool.seq.items() if n == pool.recorded
+        )
+        carried, dropped = refresh_split(pool.candidates(), latest)
+        number = gen.number + 1
+        refreshed = ev.GenerationRefreshed(
+            at=self._now(),
+            agent_id=agent_id,
+            kind="refresh",
+            from_generation=gen.number,
+            to_generation=number,
+            reason=reason,
+            trigger=trigger,
+            phase=request.phase,
+            strategy=request.strategy,
+            budget=cap,
+            carried=carried,
+            dropped=dropped,
+        )
+        self._append(agent_id, lambda: [refreshed])
+        rt.last_prompt = None
+        new_request = msgspec.structs.replace(
+            request, budget=min(request.budget, cap), now=self._now()
+        )
+        result = self._build(agent_id, new_request)
+        message = f"Context refreshed · Generation {gen.number} → {number} · Reason: {reason}"
+        return msgspec.structs.replace(result, message=message)
+
+    def rebuild(self, agent_id: str, *, reason: str = "manual") -> BuildResult:
+        """Manual control: re-pack into a new generation below the watermark."""
+        rt = self._rt(agent_id)
+        ag = self.agent(agent_id)
+        request = rt.last_request or BuildRequest(
+            agent_id=agent_id,
+            budget=ag.agent.budget or 1,
+            now=self._now(),
+            role=ag.agent.role,
+            task=ag.agent.task,
+        )
+        if not self.agent(agent_id).current.builds:
+            raise InvalidInputError("nothing to rebuild: the generation has no pack yet")
+        return self._build(
+            agent_id,
+            msgspec.structs.replace(request, now=self._now()),
+            force_rebuild=f"manual: {reason}",
+        )

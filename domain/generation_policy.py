@@ -1,0 +1,157 @@
+"""When a build appends, when it rebuilds into a new generation, and how a refresh shrinks.
+
+Within a generation a build only appends: items already emitted keep their exact text and
+order, new items are packed into the room left. When the new items do not fit, the engine
+*rebuilds*: a new generation re-packed below a watermark of the budget, so that small growth
+does not churn (the seed's hysteresis). See docs/caching.md for the chosen watermark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+
+from ctxledger.domain.model import Decision, Item, Layer
+from ctxledger.domain.packing import PackResult
+from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.request import BuildRequest
+from ctxledger.domain.retrieval import retrieve
+from ctxledger.domain.strategies import get_strategy
+
+__all__ = [
+    "DEFAULT_WATERMARK",
+    "BuildPlan",
+    "EmittedContext",
+    "plan_build",
+    "refresh_split",
+    "shrink_cap",
+]
+
+DEFAULT_WATERMARK = 0.5
+"""A rebuild re-packs to at most half the budget: ≤ 0.9 as the seed's hysteresis requires,
+and low enough that rebuilds are rare (prefix reuse ≥ 0.95 on long sessions)."""
+
+PlanKind = Literal["initial", "append", "rebuild"]
+
+
+class EmittedContext(msgspec.Struct, frozen=True, kw_only=True):
+    """What the current generation has sent so far (rebuilt from the ledger by replay)."""
+
+    generation: int
+    decisions: dict[str, Decision]
+    emitted: dict[str, Item]
+    order: tuple[str, ...]
+    used: int
+
+
+class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
+    """The outcome of planning one build."""
+
+    kind: PlanKind
+    result: PackResult
+    emitted_order: tuple[str, ...]
+    reason: str = ""
+
+
+def _new_candidates(candidates: Sequence[Item], ctx: EmittedContext) -> list[Item]:
+    out = []
+    for item in candidates:
+        d = ctx.decisions.get(item.id)
+        if d is None or (d.action == "dropped" and (item.pinned or item.mandatory)):
+            out.append(item)
+    return out
+
+
+def _select(
+    request: BuildRequest, items: Sequence[Item], counter: TokenCounter, budget: int
+) -> PackResult:
+    req = request if budget == request.budget else msgspec.structs.replace(request, budget=budget)
+    return get_strategy(request.strategy).select(req, retrieve(req, items), counter)
+
+
+def plan_build(
+    request: BuildRequest,
+    candidates: Sequence[Item],
+    ctx: EmittedContext | None,
+    counter: TokenCounter,
+    *,
+    watermark: float = DEFAULT_WATERMARK,
+    force_rebuild: str = "",
+) -> BuildPlan:
+    """Plan the next pack of an agent.
+
+    - no build yet in this generation → ``initial``: a full pack into the budget;
+    - new items fit into the room left → ``append``: previous items unchanged, new appended;
+    - otherwise (or ``force_rebuild`` names a reason) → ``rebuild`` below the watermark,
+      keeping retained items in their previous order for the longest prefix.
+    """
+    if not 0 < watermark <= 0.9:
+        raise ValueError("watermark must be in (0, 0.9]")
+    budget = request.budget
+    if ctx is None or not ctx.decisions:
+        return BuildPlan(
+            kind="initial", result=_select(request, candidates, counter, budget), emitted_order=()
+        )
+    present = {c.id for c in candidates}
+    gone = [i for i in ctx.emitted if i not in present]
+    reason = force_rebuild or (f"removed:{len(gone)}" if gone else "")
+    if not reason:
+        new = _new_candidates(candidates, ctx)
+        room = max(0, budget - ctx.used)
+        added = _select(request, new, counter, room)
+        over = [d for d in added.decisions.values() if d.reason == "over_budget"]
+        if not over and added.overflow == 0 and ctx.used + added.used <= budget:
+            items = (*(ctx.emitted[i] for i in ctx.emitted), *added.items)
+            decisions = {**ctx.decisions, **added.decisions}
+            result = msgspec.structs.replace(
+                added,
+                items=items,
+                decisions=decisions,
+                used=ctx.used + added.used,
+                budget=budget,
+                overflow=max(0, ctx.used + added.used - budget),
+            )
+            return BuildPlan(kind="append", result=result, emitted_order=ctx.order)
+        need = ctx.used + sum(d.tokens_before for d in over) + added.used
+        reason = f"budget: next pack needs {need} > {budget} tokens"
+    target = max(1, int(budget * watermark))
+    result = _select(request, candidates, counter, target)
+    if result.budget != budget:
+        result = msgspec.structs.replace(
+            result, budget=budget, overflow=max(0, result.used - budget)
+        )
+    kept = tuple(
+        i for i in ctx.order if i in result.decisions and result.decisions[i].action != "dropped"
+    )
+    return BuildPlan(kind="rebuild", result=result, emitted_order=kept, reason=reason)
+
+
+def refresh_split(
+    candidates: Sequence[Item], latest_ids: frozenset[str]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The refresh pipeline's cut: ``(carried, dropped)`` item ids.
+
+    Durable state survives (task state L1, findings L2, project memory L3, pinned and
+    mandatory items); ephemeral L0 and raw history L4 are dropped, except the latest step's
+    observations (``latest_ids``), which the retried turn still needs.
+    """
+    carried: list[str] = []
+    dropped: list[str] = []
+    for item in candidates:
+        keep = (
+            item.pinned
+            or item.mandatory
+            or item.layer in (Layer.L1, Layer.L2, Layer.L3)
+            or item.id in latest_ids
+        )
+        (carried if keep else dropped).append(item.id)
+    return tuple(carried), tuple(dropped)
+
+
+def shrink_cap(failed_tokens: int, current_cap: int, attempt: int) -> int:
+    """The budget cap after a context-limit error: strictly below what failed, shrinking
+    geometrically with each attempt without progress (0.7, 0.49, …)."""
+    base = min(current_cap, failed_tokens) if current_cap else failed_tokens
+    return max(1, int(base * (0.7**attempt)))

@@ -1,0 +1,155 @@
+"""GC indicators per agent (utilization, repetition, stalls, bloat); none refreshes by itself."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+import msgspec
+
+from ctxledger.domain.events import (
+    AgentRegistered,
+    CacheUsageRecorded,
+    ContextBuildingFailed,
+    ContextBuildingInterrupted,
+    ContextBuildingStarted,
+    ContextPackBuilt,
+    Event,
+    FindingVerified,
+    GenerationRefreshed,
+    ItemPinned,
+    ItemRecorded,
+    ItemRemoved,
+    ItemUnpinned,
+    MemoryDeleted,
+    MemoryMarkedStale,
+    MemoryPromoted,
+    MemoryRetired,
+    MemoryVerified,
+    RecallRendered,
+    SteeringNoteAdded,
+    TurnFailed,
+)
+from ctxledger.domain.model import Layer, Source
+
+__all__ = ["AgentIndicators", "GcIndicators", "evolve_gc_indicators"]
+
+_TRANSCRIPT = (Source.CONVERSATION, Source.TOOL_LOG, Source.EVENT_HISTORY)
+_PROGRESS = (Source.WORKER_FINDING, Source.VERIFIED_FACT, Source.PARENT_REPORT)
+
+
+class AgentIndicators(msgspec.Struct, frozen=True, kw_only=True):
+    """Indicators of one agent, as of its latest event.
+
+    - ``utilization``: tokens used / budget of the latest pack (0..n, > 1 means overflow)
+    - ``repeated_tool_signatures``: recordings whose tool signature was already seen
+    - ``repeated_failed_edits``: failed observations repeating an earlier failed signature
+    - ``builds_since_progress``: builds since the last new finding/fact/report (stalls)
+    - ``obsolete_phase_items``: items recorded in a phase other than the current one
+    - ``transcript_tokens`` / ``recorded_tokens``: raw transcript share (bloat)
+    """
+
+    utilization: float = 0.0
+    repeated_tool_signatures: int = 0
+    repeated_failed_edits: int = 0
+    builds_since_progress: int = 0
+    obsolete_phase_items: int = 0
+    transcript_tokens: int = 0
+    recorded_tokens: int = 0
+    phase: str = ""
+    signatures: dict[str, int] = {}
+    failed_signatures: dict[str, int] = {}
+    phases: dict[str, int] = {}
+
+    @property
+    def transcript_bloat(self) -> float:
+        return self.transcript_tokens / self.recorded_tokens if self.recorded_tokens else 0.0
+
+
+class GcIndicators(msgspec.Struct, frozen=True, kw_only=True):
+    """Indicators of every agent, keyed by agent id."""
+
+    by_agent: dict[str, AgentIndicators] = {}
+
+
+def _obsolete(phases: dict[str, int], current: str) -> int:
+    if not current:
+        return 0
+    return sum(n for p, n in phases.items() if p and p != current)
+
+
+def evolve_gc_indicators(state: GcIndicators, event: Event) -> GcIndicators:
+    """Fold one event."""
+    match event:
+        case ItemRecorded(agent_id=agent_id, item=item):
+            cur = state.by_agent.get(agent_id, AgentIndicators())
+            sig = item.tool_signature
+            repeated = cur.repeated_tool_signatures
+            failed_rep = cur.repeated_failed_edits
+            signatures = cur.signatures
+            failed = cur.failed_signatures
+            if sig:
+                repeated += 1 if sig in signatures else 0
+                signatures = {**signatures, sig: signatures.get(sig, 0) + 1}
+                if item.failure:
+                    failed_rep += 1 if sig in failed else 0
+                    failed = {**failed, sig: failed.get(sig, 0) + 1}
+            phases = cur.phases
+            if item.phase:
+                phases = {**phases, item.phase: phases.get(item.phase, 0) + 1}
+            tokens = item.token_count
+            transcript = item.source in _TRANSCRIPT or item.layer == Layer.L4
+            new = msgspec.structs.replace(
+                cur,
+                repeated_tool_signatures=repeated,
+                repeated_failed_edits=failed_rep,
+                signatures=signatures,
+                failed_signatures=failed,
+                phases=phases,
+                obsolete_phase_items=_obsolete(phases, cur.phase),
+                recorded_tokens=cur.recorded_tokens + tokens,
+                transcript_tokens=cur.transcript_tokens + (tokens if transcript else 0),
+                builds_since_progress=0 if item.source in _PROGRESS else cur.builds_since_progress,
+            )
+            return GcIndicators(by_agent={**state.by_agent, agent_id: new})
+        case ContextPackBuilt(agent_id=agent_id):
+            cur = state.by_agent.get(agent_id, AgentIndicators())
+            util = event.budget_used / event.budget_limit if event.budget_limit else 0.0
+            new = msgspec.structs.replace(
+                cur, utilization=util, builds_since_progress=cur.builds_since_progress + 1
+            )
+            return GcIndicators(by_agent={**state.by_agent, agent_id: new})
+        case GenerationRefreshed(agent_id=agent_id, phase=phase):
+            cur = state.by_agent.get(agent_id, AgentIndicators())
+            if not phase or phase == cur.phase:
+                return state
+            new = msgspec.structs.replace(
+                cur, phase=phase, obsolete_phase_items=_obsolete(cur.phases, phase)
+            )
+            return GcIndicators(by_agent={**state.by_agent, agent_id: new})
+        case FindingVerified(agent_id=agent_id):
+            found = state.by_agent.get(agent_id)
+            if found is None:
+                return state
+            new = msgspec.structs.replace(found, builds_since_progress=0)
+            return GcIndicators(by_agent={**state.by_agent, agent_id: new})
+        case (
+            AgentRegistered()
+            | SteeringNoteAdded()
+            | ItemPinned()
+            | ItemUnpinned()
+            | ItemRemoved()
+            | ContextBuildingStarted()
+            | ContextBuildingFailed()
+            | ContextBuildingInterrupted()
+            | TurnFailed()
+            | CacheUsageRecorded()
+            | MemoryPromoted()
+            | MemoryVerified()
+            | MemoryMarkedStale()
+            | MemoryRetired()
+            | MemoryDeleted()
+            | RecallRendered()
+        ):
+            return state
+        case _:
+            assert_never(event)
