@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ctxledger.adapters import cli_inspect
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
 from ctxledger.domain.errors import CtxLedgerError
@@ -104,6 +105,12 @@ def demo(
     from ctxledger.adapters.demo import run_demo
 
     run_demo(path, console=console, as_json=as_json)
+
+
+app.command()(cli_inspect.inspect)
+app.command()(cli_inspect.generations)
+app.command()(cli_inspect.diff)
+app.command()(cli_inspect.audit)
 
 
 def main(argv: list[str] | None = None) -> int:

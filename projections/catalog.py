@@ -13,6 +13,7 @@ from ctxledger.projections.cache_stats import CacheStats, evolve_cache_stats
 from ctxledger.projections.context_state import ContextStates, evolve_context_states
 from ctxledger.projections.gc_indicators import GcIndicators, evolve_gc_indicators
 from ctxledger.projections.generations import Generations, evolve_generations
+from ctxledger.projections.inspector import InspectorState, evolve_inspector
 from ctxledger.projections.pool import Pool, evolve_pool
 from ctxledger.projections.strategy_metrics import StrategyMetrics, evolve_strategy_metrics
 
@@ -47,6 +48,7 @@ PROJECTIONS: tuple[Projection[Any], ...] = (
     Projection("pool", Pool, evolve_pool),
     Projection("gc_indicators", GcIndicators, evolve_gc_indicators),
     Projection("strategy_metrics", StrategyMetrics, evolve_strategy_metrics),
+    Projection("inspector", InspectorState, evolve_inspector),
 )
 """Every persisted read model, in a fixed order."""
 

@@ -1,0 +1,253 @@
+"""CLI commands that read the ledger: inspect, generations, diff, audit."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ctxledger.adapters.ledger import Ledger, open_ledger
+from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.domain.errors import CtxLedgerError, UnknownAgentError
+from ctxledger.projections.audit import audit as audit_records
+from ctxledger.projections.generations import Generations
+from ctxledger.projections.inspector import ContextView, ItemView, diff_generations, inspect_agent
+
+__all__ = ["AuditFailedError", "audit", "diff", "generations", "inspect", "read_states"]
+
+console = Console()
+
+StoreOpt = Annotated[
+    str, typer.Option("--store", help="Ledger URL: memory://, sqlite:///path, postgresql://…")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
+AgentOpt = Annotated[str, typer.Option("--agent", help="Agent id.")]
+
+
+class AuditFailedError(CtxLedgerError):
+    """The audit found violations."""
+
+
+def _json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(msgspec.to_builtins(obj), sort_keys=True) + "\n")
+
+
+def read_states(ledger: Ledger) -> dict[str, Any]:
+    """The read models as of the end of the log (persisted ones plus the tail folded)."""
+    runner = ProjectionRunner(ledger)
+    runner.catch_up()
+    return runner.states
+
+
+def _default_agent(states: dict[str, Any], agent: str) -> str:
+    if agent:
+        return agent
+    gens: Generations = states["generations"]
+    if not gens.by_agent:
+        raise UnknownAgentError("the ledger has no agents")
+    return next(iter(gens.by_agent))
+
+
+def _items_table(title: str, rows: tuple[ItemView, ...], *, excluded: bool = False) -> Table:
+    t = Table(title=title, title_justify="left")
+    for col in ("id", "layer", "source", "tokens", "fate", "flags", "files", "preview"):
+        t.add_column(col, overflow="fold")
+    for v in rows:
+        flags = " ".join(
+            f
+            for f, on in (
+                ("pinned", v.pinned),
+                ("mandatory", v.mandatory),
+                ("verified", v.verified),
+            )
+            if on
+        )
+        fate = f"{v.action}: {v.reason}" if excluded or v.reason else v.action
+        if v.method:
+            fate += f" [{v.method} {v.tokens_before}→{v.tokens}]"
+        t.add_row(
+            v.id[:14],
+            v.layer,
+            v.source,
+            str(v.tokens if not excluded else v.tokens_before),
+            fate,
+            flags,
+            ", ".join(v.files[:3]),
+            v.preview[:60],
+        )
+    return t
+
+
+def _print_view(view: ContextView) -> None:
+    a = view.agent
+    console.print(
+        f"[bold]{a.agent_id}[/bold] · role {a.role} · task {a.task or '—'} · "
+        f"generation {view.generation} of {view.generations} ({view.kind}"
+        f"{': ' + view.reason if view.reason else ''})"
+    )
+    bar_width = 40
+    filled = min(bar_width, round(bar_width * view.utilization)) if view.budget else 0
+    console.print(
+        f"usage  [{'█' * filled}{'·' * (bar_width - filled)}] {view.used}/{view.budget} tokens "
+        f"({view.utilization:.0%}) · strategy {view.strategy} · builds {view.builds}"
+        + (f" · [red]overflow {view.overflow}[/red]" if view.overflow else "")
+    )
+    comp = Table(title="composition (tokens)", title_justify="left")
+    comp.add_column("by layer")
+    comp.add_column("tokens", justify="right")
+    comp.add_column("by source")
+    comp.add_column("tokens", justify="right")
+    layers = list(view.by_layer.items())
+    sources = list(view.by_source.items())
+    for i in range(max(len(layers), len(sources))):
+        lk, lv = layers[i] if i < len(layers) else ("", "")
+        sk, sv = sources[i] if i < len(sources) else ("", "")
+        comp.add_row(lk, str(lv), sk, str(sv))
+    console.print(comp)
+    console.print(_items_table(f"included ({len(view.included)})", view.included))
+    console.print(_items_table(f"excluded ({len(view.excluded)})", view.excluded, excluded=True))
+    if view.gc:
+        console.print(
+            "GC indicators (none refreshes by itself): "
+            + ", ".join(f"{k} {v}" for k, v in view.gc.items())
+        )
+    if view.recall:
+        console.print(f"recall group: {view.recall}")
+    if view.last_turn_error:
+        console.print(f"last turn error: {view.last_turn_error}")
+    if view.controls:
+        ctl = Table(title="manual controls and generation changes", title_justify="left")
+        for col in ("at", "control", "target", "detail"):
+            ctl.add_column(col, overflow="fold")
+        for c in view.controls[-15:]:
+            ctl.add_row(c.at.isoformat(timespec="seconds"), c.kind, c.target[:14], c.detail)
+        console.print(ctl)
+
+
+def inspect(
+    store: StoreOpt,
+    agent: Annotated[str, typer.Option("--agent", help="Agent id (default: the first).")] = "",
+    generation: Annotated[
+        int | None, typer.Option("--generation", help="Generation number (default: current).")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The Context view: usage vs budget, included and excluded items with reasons."""
+    with open_ledger(store) as ledger:
+        states = read_states(ledger)
+    view = inspect_agent(states, _default_agent(states, agent), generation)
+    if as_json:
+        _json(view)
+    else:
+        _print_view(view)
+
+
+def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> None:
+    """Every generation of an agent with the reason for each rebuild or refresh."""
+    with open_ledger(store) as ledger:
+        states = read_states(ledger)
+    gens: Generations = states["generations"]
+    ag = gens.by_agent.get(agent)
+    if ag is None:
+        raise UnknownAgentError(f"unknown agent {agent[:80]!r}")
+    rows = [
+        {
+            "number": g.number,
+            "kind": g.kind,
+            "trigger": g.trigger,
+            "reason": g.reason,
+            "strategy": g.strategy,
+            "budget": g.budget,
+            "tokens_used": g.tokens_used,
+            "overflow": g.overflow,
+            "builds": g.builds,
+            "included": len(g.included),
+            "dropped": len(g.dropped),
+        }
+        for g in ag.generations
+    ]
+    if as_json:
+        _json({"agent": agent, "generations": rows})
+        return
+    t = Table(title=f"generations of {agent}")
+    for col in (
+        "gen",
+        "kind",
+        "reason",
+        "strategy",
+        "tokens/budget",
+        "builds",
+        "included",
+        "dropped",
+    ):
+        t.add_column(col, overflow="fold")
+    for r in rows:
+        t.add_row(
+            str(r["number"]),
+            str(r["kind"]),
+            str(r["reason"] or "—"),
+            str(r["strategy"]),
+            f"{r['tokens_used']}/{r['budget']}",
+            str(r["builds"]),
+            str(r["included"]),
+            str(r["dropped"]),
+        )
+    console.print(t)
+
+
+def diff(
+    store: StoreOpt,
+    agent: AgentOpt,
+    from_generation: Annotated[int, typer.Argument(metavar="FROM")],
+    to_generation: Annotated[int, typer.Argument(metavar="TO")],
+    as_json: JsonOpt = False,
+) -> None:
+    """What entered, left, was compressed or clipped between two generations, and why."""
+    with open_ledger(store) as ledger:
+        states = read_states(ledger)
+    d = diff_generations(states, agent, from_generation, to_generation)
+    if as_json:
+        _json(d)
+        return
+    console.print(
+        f"[bold]{agent}[/bold] generation {d.from_generation} → {d.to_generation}: "
+        f"{d.tokens_from} → {d.tokens_to} tokens"
+    )
+    for r in d.reasons:
+        console.print(f"  {r}")
+    for title, rows in (
+        ("entered", d.entered),
+        ("left", d.left),
+        ("compressed", d.compressed),
+        ("clipped", d.clipped),
+    ):
+        console.print(_items_table(f"{title} ({len(rows)})", rows, excluded=title == "left"))
+
+
+def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
+    """Replay the whole log and check every invariant; exit 1 listing each violation."""
+    with open_ledger(store) as ledger:
+        records = [(r.position, r.event) for r in ledger.read_all()]
+    violations = audit_records(records)
+    if as_json:
+        _json({"events": len(records), "violations": violations, "clean": not violations})
+    elif not violations:
+        console.print(f"audit clean · {len(records)} events")
+    else:
+        t = Table(title=f"audit · {len(violations)} violations")
+        for col in ("position", "rule", "agent", "detail"):
+            t.add_column(col, overflow="fold")
+        for v in violations:
+            t.add_row(str(v.position), v.rule, v.agent_id, v.detail)
+        console.print(t)
+    if violations:
+        first = violations[0]
+        raise AuditFailedError(
+            f"{len(violations)} violations; first at position {first.position}: "
+            f"{first.rule} {first.detail}".strip()
+        )

@@ -1,0 +1,212 @@
+"""The auditor: replays the log and checks the engine's invariants, naming each violation's
+position. A pure fold over ``(position, event)`` pairs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from ctxledger.domain.events import (
+    AgentRegistered,
+    ContextPackBuilt,
+    Event,
+    FindingVerified,
+    GenerationRefreshed,
+    ItemPinned,
+    ItemRecorded,
+    ItemUnpinned,
+    MemoryPromoted,
+    RecallRendered,
+    SteeringNoteAdded,
+    TurnFailed,
+)
+from ctxledger.domain.model import Decision, Source, apply_decision_delta, selection_hash
+
+__all__ = ["RECALL_MAX_BYTES", "RECALL_MAX_ENTRIES", "RECALL_MAX_TOKENS", "Violation", "audit"]
+
+RECALL_MAX_ENTRIES = 4
+RECALL_MAX_TOKENS = 300
+RECALL_MAX_BYTES = 1200
+
+
+class Violation(msgspec.Struct, frozen=True, kw_only=True):
+    """One broken invariant at one log position."""
+
+    position: int
+    rule: str
+    agent_id: str = ""
+    detail: str = ""
+
+
+class _Agent:
+    __slots__ = ("context_limit_pending", "decisions", "generation", "pinned", "registered")
+
+    def __init__(self) -> None:
+        self.generation = 1
+        self.pinned: set[str] = set()
+        self.decisions: dict[str, Decision] = {}
+        self.context_limit_pending = False
+        self.registered = False
+
+
+def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
+    """Check every invariant over the whole log:
+
+    - ``pinned_dropped``: a pinned or mandatory item dropped, clipped or compressed;
+    - ``over_budget``: a pack above its budget without the overflow recorded;
+    - ``selection_hash``: a pack whose recorded delta does not rebuild its selection hash;
+    - ``unverified_as_verified``: a verified_fact recorded unverified, recalled memory
+      verified, or a memory promoted as verified;
+    - ``recall_caps``: a recall group above 4 entries, 300 tokens or 1200 bytes;
+    - ``refresh_without_cause``: a context-limit refresh with no context-limit error before it;
+    - ``generation_gap``: generation numbers that are not contiguous;
+    - ``unknown_agent``: events for an agent never registered.
+    """
+    agents: dict[str, _Agent] = {}
+    out: list[Violation] = []
+
+    def agent(pos: int, agent_id: str) -> _Agent:
+        a = agents.get(agent_id)
+        if a is None:
+            a = agents[agent_id] = _Agent()
+            out.append(Violation(position=pos, rule="unknown_agent", agent_id=agent_id))
+            a.registered = True
+        return a
+
+    for pos, event in records:
+        match event:
+            case AgentRegistered(agent=identity):
+                a = agents.setdefault(identity.agent_id, _Agent())
+                a.registered = True
+            case ItemRecorded(agent_id=aid, item=item) | SteeringNoteAdded(agent_id=aid, item=item):
+                a = agent(pos, aid)
+                if item.pinned or item.mandatory or item.source == Source.STEERING_NOTE:
+                    a.pinned.add(item.id)
+                if item.source == Source.VERIFIED_FACT and not item.verified:
+                    out.append(
+                        Violation(
+                            position=pos,
+                            rule="unverified_as_verified",
+                            agent_id=aid,
+                            detail=item.id,
+                        )
+                    )
+                if item.source == Source.RECALLED_MEMORY and item.verified:
+                    out.append(
+                        Violation(
+                            position=pos,
+                            rule="unverified_as_verified",
+                            agent_id=aid,
+                            detail=item.id,
+                        )
+                    )
+            case ItemPinned(agent_id=aid, item_id=iid):
+                agent(pos, aid).pinned.add(iid)
+            case ItemUnpinned(agent_id=aid, item_id=iid):
+                agent(pos, aid).pinned.discard(iid)
+            case FindingVerified(agent_id=aid):
+                agent(pos, aid)
+            case MemoryPromoted(verified=True):
+                out.append(
+                    Violation(position=pos, rule="unverified_as_verified", detail=event.memory_id)
+                )
+            case TurnFailed(agent_id=aid, error_class="context_limit"):
+                agent(pos, aid).context_limit_pending = True
+            case GenerationRefreshed(agent_id=aid):
+                a = agent(pos, aid)
+                if event.from_generation != a.generation or event.to_generation != a.generation + 1:
+                    out.append(
+                        Violation(
+                            position=pos,
+                            rule="generation_gap",
+                            agent_id=aid,
+                            detail=(
+                                f"{event.from_generation} → {event.to_generation} "
+                                f"at generation {a.generation}"
+                            ),
+                        )
+                    )
+                if (
+                    event.kind == "refresh"
+                    and event.trigger == "context_limit"
+                    and not a.context_limit_pending
+                ):
+                    out.append(Violation(position=pos, rule="refresh_without_cause", agent_id=aid))
+                if event.kind == "refresh" and event.trigger == "budget":
+                    out.append(
+                        Violation(
+                            position=pos,
+                            rule="refresh_without_cause",
+                            agent_id=aid,
+                            detail="trigger budget",
+                        )
+                    )
+                a.generation = event.to_generation
+                a.decisions = {}
+            case ContextPackBuilt(agent_id=aid):
+                a = agent(pos, aid)
+                if event.generation != a.generation:
+                    out.append(
+                        Violation(
+                            position=pos,
+                            rule="generation_gap",
+                            agent_id=aid,
+                            detail=f"pack of generation {event.generation} in {a.generation}",
+                        )
+                    )
+                a.decisions = apply_decision_delta(a.decisions, event.decisions, event.retired)
+                a.context_limit_pending = False
+                if (
+                    event.budget_used > event.budget_limit
+                    and event.overflow != event.budget_used - event.budget_limit
+                ):
+                    out.append(
+                        Violation(
+                            position=pos,
+                            rule="over_budget",
+                            agent_id=aid,
+                            detail=(
+                                f"{event.budget_used} > {event.budget_limit}, "
+                                f"overflow {event.overflow}"
+                            ),
+                        )
+                    )
+                if event.selection_hash and selection_hash(a.decisions) != event.selection_hash:
+                    out.append(
+                        Violation(
+                            position=pos, rule="selection_hash", agent_id=aid, detail=event.pack_id
+                        )
+                    )
+                for iid in a.pinned:
+                    d = a.decisions.get(iid)
+                    if d is not None and d.action != "included":
+                        out.append(
+                            Violation(
+                                position=pos,
+                                rule="pinned_dropped",
+                                agent_id=aid,
+                                detail=f"{iid}: {d.action} ({d.reason})",
+                            )
+                        )
+            case RecallRendered(agent_id=aid):
+                agent(pos, aid)
+                if (
+                    len(event.memory_ids) > RECALL_MAX_ENTRIES
+                    or event.tokens > RECALL_MAX_TOKENS
+                    or event.bytes > RECALL_MAX_BYTES
+                ):
+                    out.append(
+                        Violation(
+                            position=pos,
+                            rule="recall_caps",
+                            agent_id=aid,
+                            detail=(
+                                f"{len(event.memory_ids)} entries, {event.tokens} tokens, "
+                                f"{event.bytes} bytes"
+                            ),
+                        )
+                    )
+            case _:
+                pass
+    return out

@@ -1,0 +1,361 @@
+"""Inspector: manual-control history and recall group per agent, and the Context view over
+the read models (generation, usage, included/excluded with reasons, composition, GC)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, assert_never
+
+import msgspec
+
+from ctxledger.domain.errors import UnknownAgentError, UnknownGenerationError
+from ctxledger.domain.events import (
+    AgentRegistered,
+    CacheUsageRecorded,
+    ContextBuildingFailed,
+    ContextBuildingInterrupted,
+    ContextBuildingStarted,
+    ContextPackBuilt,
+    Event,
+    FindingVerified,
+    GenerationRefreshed,
+    ItemPinned,
+    ItemRecorded,
+    ItemRemoved,
+    ItemUnpinned,
+    MemoryDeleted,
+    MemoryMarkedStale,
+    MemoryPromoted,
+    MemoryRetired,
+    MemoryVerified,
+    RecallRendered,
+    SteeringNoteAdded,
+    TurnFailed,
+)
+from ctxledger.domain.model import AgentIdentity, Decision, Generation, Item
+from ctxledger.projections.gc_indicators import AgentIndicators, GcIndicators
+from ctxledger.projections.generations import Generations
+from ctxledger.projections.pool import AgentPool
+
+__all__ = [
+    "Control",
+    "ContextView",
+    "GenerationDiff",
+    "InspectorState",
+    "ItemView",
+    "diff_generations",
+    "evolve_inspector",
+    "inspect_agent",
+]
+
+
+class Control(msgspec.Struct, frozen=True, kw_only=True):
+    """One manual control (or refresh/rebuild) in an agent's history."""
+
+    at: datetime
+    kind: str
+    target: str = ""
+    detail: str = ""
+
+
+class AgentInspector(msgspec.Struct, frozen=True, kw_only=True):
+    controls: tuple[Control, ...] = ()
+    recall: RecallRendered | None = None
+    last_turn_error: str = ""
+
+
+class InspectorState(msgspec.Struct, frozen=True, kw_only=True):
+    """Control history and latest recall group per agent."""
+
+    by_agent: dict[str, AgentInspector] = {}
+
+
+def _with_control(state: InspectorState, agent_id: str, control: Control) -> InspectorState:
+    cur = state.by_agent.get(agent_id, AgentInspector())
+    new = msgspec.structs.replace(cur, controls=(*cur.controls, control))
+    return InspectorState(by_agent={**state.by_agent, agent_id: new})
+
+
+def evolve_inspector(state: InspectorState, event: Event) -> InspectorState:
+    """Fold one event."""
+    match event:
+        case ItemPinned(agent_id=a, item_id=i, by=by):
+            return _with_control(state, a, Control(at=event.at, kind="pin", target=i, detail=by))
+        case ItemUnpinned(agent_id=a, item_id=i, by=by):
+            return _with_control(state, a, Control(at=event.at, kind="unpin", target=i, detail=by))
+        case ItemRemoved(agent_id=a, item_id=i, reason=r):
+            return _with_control(state, a, Control(at=event.at, kind="remove", target=i, detail=r))
+        case FindingVerified(agent_id=a, item_id=i, by=by):
+            return _with_control(state, a, Control(at=event.at, kind="verify", target=i, detail=by))
+        case MemoryPromoted(agent_id=a, item_id=i, memory_id=m):
+            return _with_control(state, a, Control(at=event.at, kind="promote", target=i, detail=m))
+        case GenerationRefreshed(agent_id=a):
+            detail = f"{event.from_generation} → {event.to_generation}: {event.reason}"
+            return _with_control(
+                state, a, Control(at=event.at, kind=f"{event.kind}:{event.trigger}", detail=detail)
+            )
+        case RecallRendered(agent_id=a):
+            cur = state.by_agent.get(a, AgentInspector())
+            new = msgspec.structs.replace(cur, recall=event)
+            return InspectorState(by_agent={**state.by_agent, a: new})
+        case TurnFailed(agent_id=a):
+            cur = state.by_agent.get(a, AgentInspector())
+            text = f"{event.error_class}: {event.provider} {event.code} {event.message}".strip()
+            new = msgspec.structs.replace(cur, last_turn_error=text[:300])
+            return InspectorState(by_agent={**state.by_agent, a: new})
+        case (
+            AgentRegistered()
+            | ItemRecorded()
+            | SteeringNoteAdded()
+            | ContextBuildingStarted()
+            | ContextPackBuilt()
+            | ContextBuildingFailed()
+            | ContextBuildingInterrupted()
+            | CacheUsageRecorded()
+            | MemoryVerified()
+            | MemoryMarkedStale()
+            | MemoryRetired()
+            | MemoryDeleted()
+        ):
+            return state
+        case _:
+            assert_never(event)
+
+
+# --- views ------------------------------------------------------------------------------------
+
+
+class ItemView(msgspec.Struct, frozen=True, kw_only=True):
+    """An item as the inspector shows it: its fate in the generation and its provenance."""
+
+    id: str
+    layer: str
+    source: str
+    action: str
+    reason: str = ""
+    tokens: int = 0
+    tokens_before: int = 0
+    method: str = ""
+    pinned: bool = False
+    mandatory: bool = False
+    verified: bool = False
+    files: tuple[str, ...] = ()
+    symbols: tuple[str, ...] = ()
+    agent: str = ""
+    task: str = ""
+    observed_at: datetime | None = None
+    preview: str = ""
+
+
+class ContextView(msgspec.Struct, frozen=True, kw_only=True):
+    """The seed's Context view of one agent at one generation."""
+
+    agent: AgentIdentity
+    generation: int
+    generations: int
+    kind: str
+    reason: str
+    strategy: str
+    budget: int
+    used: int
+    utilization: float
+    overflow: int
+    builds: int
+    included: tuple[ItemView, ...]
+    excluded: tuple[ItemView, ...]
+    by_layer: dict[str, int]
+    by_source: dict[str, int]
+    gc: dict[str, Any]
+    recall: dict[str, Any]
+    controls: tuple[Control, ...]
+    last_turn_error: str = ""
+
+
+def _preview(text: str, n: int = 120) -> str:
+    one = " ".join(text.split())
+    return one if len(one) <= n else one[: n - 1] + "…"
+
+
+def _item_view(item: Item | None, item_id: str, d: Decision) -> ItemView:
+    if item is None:
+        return ItemView(id=item_id, layer="?", source="?", action=d.action, reason=d.reason)
+    tokens = d.tokens_after or item.token_count
+    return ItemView(
+        id=item_id,
+        layer=item.layer.name,
+        source=item.source.value,
+        action=d.action,
+        reason=d.reason,
+        tokens=0 if d.action == "dropped" else tokens,
+        tokens_before=d.tokens_before or item.token_count,
+        method=d.method,
+        pinned=item.pinned,
+        mandatory=item.mandatory,
+        verified=item.verified,
+        files=item.files,
+        symbols=item.symbols,
+        agent=item.agent,
+        task=item.task,
+        observed_at=item.observed_at,
+        preview=_preview(d.content or item.content),
+    )
+
+
+def _generation(
+    states: dict[str, Any], agent_id: str, number: int | None
+) -> tuple[AgentIdentity, Generation, int]:
+    gens: Generations = states["generations"]
+    ag = gens.by_agent.get(agent_id)
+    if ag is None:
+        raise UnknownAgentError(f"unknown agent {agent_id[:80]!r}")
+    gen = ag.current if number is None else ag.generation(number)
+    if gen is None:
+        raise UnknownGenerationError(
+            f"agent {agent_id!r} has no generation {number} (it has 1–{ag.current.number})"
+        )
+    return ag.agent, gen, len(ag.generations)
+
+
+def _gc_dict(ind: AgentIndicators | None) -> dict[str, Any]:
+    if ind is None:
+        return {}
+    return {
+        "utilization": round(ind.utilization, 4),
+        "repeated_tool_signatures": ind.repeated_tool_signatures,
+        "repeated_failed_edits": ind.repeated_failed_edits,
+        "builds_since_progress": ind.builds_since_progress,
+        "obsolete_phase_items": ind.obsolete_phase_items,
+        "transcript_bloat": round(ind.transcript_bloat, 4),
+    }
+
+
+def inspect_agent(
+    states: dict[str, Any], agent_id: str, generation: int | None = None
+) -> ContextView:
+    """The Context view, read from the read models only (never re-runs a build)."""
+    agent, gen, count = _generation(states, agent_id, generation)
+    pool: AgentPool = (
+        states["pool"].by_agent.get(agent_id, AgentPool()) if "pool" in states else AgentPool()
+    )
+    included: list[ItemView] = []
+    excluded: list[ItemView] = []
+    by_layer: dict[str, int] = {}
+    by_source: dict[str, int] = {}
+    order = {item_id: n for n, item_id in enumerate(gen.order)}
+    for item_id, d in sorted(gen.decisions.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])):
+        view = _item_view(pool.items.get(item_id), item_id, d)
+        if d.action == "dropped":
+            excluded.append(view)
+        else:
+            included.append(view)
+            by_layer[view.layer] = by_layer.get(view.layer, 0) + view.tokens
+            by_source[view.source] = by_source.get(view.source, 0) + view.tokens
+    inspector: InspectorState = states.get("inspector", InspectorState())
+    ai = inspector.by_agent.get(agent_id, AgentInspector())
+    gc: GcIndicators = states.get("gc_indicators", GcIndicators())
+    recall: dict[str, Any] = {}
+    if ai.recall is not None:
+        recall = {
+            "memory_ids": list(ai.recall.memory_ids),
+            "skipped": dict(ai.recall.skipped),
+            "tokens": ai.recall.tokens,
+            "bytes": ai.recall.bytes,
+        }
+    return ContextView(
+        agent=agent,
+        generation=gen.number,
+        generations=count,
+        kind=gen.kind,
+        reason=gen.reason,
+        strategy=gen.strategy,
+        budget=gen.budget,
+        used=gen.tokens_used,
+        utilization=round(gen.tokens_used / gen.budget, 4) if gen.budget else 0.0,
+        overflow=gen.overflow,
+        builds=gen.builds,
+        included=tuple(included),
+        excluded=tuple(excluded),
+        by_layer=dict(sorted(by_layer.items())),
+        by_source=dict(sorted(by_source.items())),
+        gc=_gc_dict(gc.by_agent.get(agent_id)),
+        recall=recall,
+        controls=ai.controls,
+        last_turn_error=ai.last_turn_error,
+    )
+
+
+class GenerationDiff(msgspec.Struct, frozen=True, kw_only=True):
+    """What changed between two generations of one agent, and why."""
+
+    agent_id: str
+    from_generation: int
+    to_generation: int
+    reasons: tuple[str, ...]
+    entered: tuple[ItemView, ...]
+    left: tuple[ItemView, ...]
+    compressed: tuple[ItemView, ...]
+    clipped: tuple[ItemView, ...]
+    tokens_from: int
+    tokens_to: int
+
+
+def diff_generations(states: dict[str, Any], agent_id: str, a: int, b: int) -> GenerationDiff:
+    """Items that entered, left, were compressed or clipped between generations *a* and *b*."""
+    _, ga, _ = _generation(states, agent_id, a)
+    _, gb, _ = _generation(states, agent_id, b)
+    pool: AgentPool = states["pool"].by_agent.get(agent_id, AgentPool())
+    gens: Generations = states["generations"]
+    lo, hi = min(a, b), max(a, b)
+    reasons = tuple(
+        f"{g.number}: {g.kind} ({g.trigger or 'initial'}) {g.reason}".strip()
+        for g in gens.by_agent[agent_id].generations
+        if lo < g.number <= hi
+    )
+
+    def kept(g: Generation) -> dict[str, Decision]:
+        return {k: d for k, d in g.decisions.items() if d.action != "dropped"}
+
+    ka, kb = kept(ga), kept(gb)
+    entered = tuple(
+        _item_view(pool.items.get(k), k, d) for k, d in sorted(kb.items()) if k not in ka
+    )
+    left_items = []
+    for k in sorted(ka):
+        if k in kb:
+            continue
+        why = gb.decisions.get(k)
+        left_items.append(
+            _item_view(
+                pool.items.get(k),
+                k,
+                why
+                if why is not None
+                else Decision(
+                    item_id=k,
+                    action="dropped",
+                    reason="not a candidate (removed or dropped at refresh)",
+                ),
+            )
+        )
+    compressed = tuple(
+        _item_view(pool.items.get(k), k, d)
+        for k, d in sorted(kb.items())
+        if d.action == "compressed" and (ka.get(k) is None or ka[k].action != "compressed")
+    )
+    clipped = tuple(
+        _item_view(pool.items.get(k), k, d)
+        for k, d in sorted(kb.items())
+        if d.action == "clipped" and (ka.get(k) is None or ka[k].action != "clipped")
+    )
+    return GenerationDiff(
+        agent_id=agent_id,
+        from_generation=a,
+        to_generation=b,
+        reasons=reasons,
+        entered=entered,
+        left=tuple(left_items),
+        compressed=compressed,
+        clipped=clipped,
+        tokens_from=ga.tokens_used,
+        tokens_to=gb.tokens_used,
+    )
