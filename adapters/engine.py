@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 import msgspec
 
+from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.ledger import Ledger, open_ledger, stream_id_for
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
@@ -52,7 +53,7 @@ from ctxledger.domain.strategies import get_strategy
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
 from ctxledger.projections.generations import AgentGenerations, Generations
-from ctxledger.projections.pool import AgentPool, Pool
+from ctxledger.projections.pool import AgentPool, Pool, verified_form
 
 __all__ = [
     "BuildResult",
@@ -62,13 +63,6 @@ __all__ = [
     "TurnErrorOutcome",
     "retry_on_conflict",
 ]
-
-
-class SystemClock:
-    """The real clock (UTC, timezone-aware)."""
-
-    def now(self) -> datetime:
-        return datetime.now(UTC)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -328,7 +322,7 @@ class ContextEngine:
         pool = self.pool(agent_id)
         if item_id not in pool.items:
             raise InvalidInputError(f"agent {agent_id!r} has no item {item_id[:80]!r}")
-        return pool.items[item_id]
+        return pool.current(item_id)
 
     def pin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
         self._known_item(agent_id, item_id)
@@ -409,6 +403,8 @@ class ContextEngine:
             if d.action == "dropped" or item_id not in pool.items:
                 continue
             item = pool.items[item_id]
+            if d.verified:
+                item = verified_form(item)
             if d.action in ("compressed", "clipped"):
                 item = msgspec.structs.replace(item, content=d.content, token_count=d.tokens_after)
             emitted[item_id] = item
@@ -538,17 +534,24 @@ class ContextEngine:
             )
             result = plan.result
             items_by_id = {i.id: i for i in result.items}
-            decisions = {
-                k: (
-                    msgspec.structs.replace(d, content=items_by_id[k].content)
-                    if d.action in ("compressed", "clipped") and k in items_by_id
-                    else d
-                )
-                for k, d in result.decisions.items()
-            }
+            verified_now = self.pool(agent_id).verified
+            decisions = {}
+            for k, d in result.decisions.items():
+                if plan.kind == "append" and previous_decisions.get(k) is d:
+                    decisions[k] = d  # emitted earlier in this generation: unchanged
+                    continue
+                if d.action in ("compressed", "clipped") and k in items_by_id:
+                    d = msgspec.structs.replace(d, content=items_by_id[k].content)
+                if d.action != "dropped" and k in verified_now:
+                    d = msgspec.structs.replace(d, verified=True)
+                decisions[k] = d
+            static_ids = None
+            if plan.kind == "append" and ctx is not None:
+                static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
             prompt = compose(
                 result.items,
                 emitted_order=plan.emitted_order,
+                static_ids=static_ids,
                 status=(
                     f"Generation {number} · {result.used}/{request.budget} tokens"
                     f" · strategy {request.strategy}"
@@ -690,7 +693,7 @@ class ContextEngine:
         if verdict.error_class != "context_limit":
             return TurnErrorOutcome(error=verdict, refreshed=False)
         reason = f"context-limit error{' from ' + verdict.provider if verdict.provider else ''}"
-        result = self.refresh(agent_id, reason=reason, trigger="context_limit")
+        result = self.refresh(agent_id, reason=reason, trigger="context_limit", error=verdict)
         return TurnErrorOutcome(
             error=verdict, refreshed=True, message=result.message, result=result
         )
@@ -701,6 +704,7 @@ class ContextEngine:
         *,
         reason: str = "manual",
         trigger: Literal["context_limit", "manual"] = "manual",
+        error: TurnError | None = None,
     ) -> BuildResult:
         """The refresh pipeline: keep durable state, drop ephemeral and raw history, start a
         new generation (same agent identity) and build its first pack, smaller than before."""
@@ -713,8 +717,11 @@ class ContextEngine:
                     "turn; the pinned and mandatory context alone may exceed the model's window"
                 )
             rt.refresh_attempts += 1
+            why = reason
+            if rt.refresh_attempts > 1:
+                why = f"{reason} (attempt {rt.refresh_attempts}: still ≥ {failed_tokens} tokens)"
             result = self._refresh_once(
-                agent_id, reason=reason, trigger=trigger, failed_tokens=failed_tokens
+                agent_id, reason=why, trigger=trigger, failed_tokens=failed_tokens, error=error
             )
             if trigger == "manual" or failed_tokens == 0 or result.pack.budget_used < failed_tokens:
                 return result
@@ -726,6 +733,7 @@ class ContextEngine:
         reason: str,
         trigger: Literal["context_limit", "manual"],
         failed_tokens: int,
+        error: TurnError | None = None,
     ) -> BuildResult:
         rt = self._rt(agent_id)
         ag = self.agent(agent_id)
@@ -739,7 +747,13 @@ class ContextEngine:
         )
         cap = gen.budget if gen.budget else request.budget
         if trigger == "context_limit":
-            cap = shrink_cap(failed_tokens or cap, cap, rt.refresh_attempts)
+            cap = shrink_cap(
+                failed_tokens or cap,
+                cap,
+                rt.refresh_attempts,
+                provider_prompt_tokens=error.prompt_tokens if error else 0,
+                provider_limit_tokens=error.limit_tokens if error else 0,
+            )
         pool = self.pool(agent_id)
         latest = frozenset(pool.new_since_last_build()) | frozenset(
             i for i, n in pool.seq.items() if n == pool.recorded

@@ -8,7 +8,15 @@ __all__ = [
     "CtxLedgerError",
     "DecodeError",
     "FutureSchemaError",
+    "IntakeMissingError",
     "InvalidInputError",
+    "LegacyImportError",
+    "MemoryConflictError",
+    "MemoryGuardError",
+    "MemoryIntakeError",
+    "MemoryNotFoundError",
+    "MemoryStateError",
+    "ProtectedTableError",
     "RefreshExhaustedError",
     "StoreURLError",
     "UnknownAgentError",
@@ -81,3 +89,59 @@ class BudgetError(InvalidInputError):
 
 class RefreshExhaustedError(CtxLedgerError):
     """Repeated refreshes made no progress; the turn cannot be retried safely."""
+
+
+# --- project memory catalog -------------------------------------------------------------------
+
+
+class MemoryConflictError(ConflictError):
+    """A memory write whose expected revision is not the stored one (check-and-set failed).
+
+    Nothing was written. ``actual_revision`` is 0 when a create met an existing id."""
+
+    def __init__(self, memory_id: str, expected_revision: int, actual_revision: int) -> None:
+        self.memory_id = memory_id
+        self.expected_revision = expected_revision
+        self.actual_revision = actual_revision
+        self.stream_id = memory_id
+        self.expected_version = expected_revision
+        CtxLedgerError.__init__(
+            self,
+            f"conflict on memory {memory_id}: expected revision {expected_revision}, "
+            f"stored revision is {actual_revision}",
+        )
+
+
+class MemoryNotFoundError(InvalidInputError):
+    """A memory id the catalog does not hold."""
+
+
+class MemoryStateError(InvalidInputError):
+    """A memory transition the entry's state does not allow (e.g. verifying a deleted entry)."""
+
+
+class MemoryIntakeError(InvalidInputError):
+    """The memory intake refused a value. Names the rule and the field, never the value."""
+
+    def __init__(self, rule: str, field: str, detail: str = "") -> None:
+        self.rule = rule
+        self.field = field
+        self.detail = detail
+        msg = f"memory intake refused {field}: {rule}"
+        super().__init__(f"{msg} ({detail})" if detail else msg)
+
+
+class IntakeMissingError(CtxLedgerError):
+    """A memory write or legacy import with no intake registered; nothing was written."""
+
+
+class MemoryGuardError(CtxLedgerError):
+    """The catalog's guard triggers refused a write to the memory table."""
+
+
+class ProtectedTableError(InvalidInputError):
+    """A generic catalog accessor was asked for a table it must not touch (``memory``)."""
+
+
+class LegacyImportError(CtxLedgerError):
+    """A legacy catalog import failed as a whole and was rolled back."""

@@ -100,7 +100,9 @@ def plan_build(
     if not reason:
         new = _new_candidates(candidates, ctx)
         room = max(0, budget - ctx.used)
-        added = _select(request, new, counter, room)
+        # A strategy needs a positive budget: with no room left, select against 1 token, so
+        # anything new is ``over_budget`` (→ rebuild) and no new items append nothing.
+        added = _select(request, new, counter, max(room, 1))
         over = [d for d in added.decisions.values() if d.reason == "over_budget"]
         if not over and added.overflow == 0 and ctx.used + added.used <= budget:
             items = (*(ctx.emitted[i] for i in ctx.emitted), *added.items)
@@ -150,8 +152,21 @@ def refresh_split(
     return tuple(carried), tuple(dropped)
 
 
-def shrink_cap(failed_tokens: int, current_cap: int, attempt: int) -> int:
-    """The budget cap after a context-limit error: strictly below what failed, shrinking
-    geometrically with each attempt without progress (0.7, 0.49, …)."""
+def shrink_cap(
+    failed_tokens: int,
+    current_cap: int,
+    attempt: int,
+    *,
+    provider_prompt_tokens: int = 0,
+    provider_limit_tokens: int = 0,
+) -> int:
+    """The budget cap after a context-limit error, strictly below what failed.
+
+    When the provider stated both its count of the prompt and its limit, the pack is scaled
+    by their ratio (our tokenizer and the provider's may differ) with a 5 % margin per
+    attempt; otherwise it shrinks geometrically with each attempt (0.7, 0.49, …)."""
     base = min(current_cap, failed_tokens) if current_cap else failed_tokens
+    if 0 < provider_limit_tokens < provider_prompt_tokens:
+        ratio = provider_limit_tokens / provider_prompt_tokens
+        return max(1, min(base - 1, int(failed_tokens * ratio * (0.95**attempt))))
     return max(1, int(base * (0.7**attempt)))

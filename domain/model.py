@@ -179,6 +179,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     method: str = ""
     content: str = ""
     """The text sent, for compressed and clipped items only (replay shows exactly what went in)."""
+    verified: bool = False
+    """The item was shown as verified (after an explicit FindingVerified) in this pack."""
 
 
 class ContextPack(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):

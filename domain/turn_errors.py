@@ -35,12 +35,34 @@ _CONTEXT_TEXT = re.compile(
 
 
 class TurnError(msgspec.Struct, frozen=True, kw_only=True):
-    """A provider error, normalised: class, provider, code and (bounded) message."""
+    """A provider error, normalised: class, provider, code and (bounded) message; for a
+    context-limit error the prompt size and the limit when the provider states them."""
 
     error_class: ErrorClass
     provider: str = ""
     code: str = ""
     message: str = ""
+    prompt_tokens: int = 0
+    limit_tokens: int = 0
+
+
+_ANTHROPIC_SIZES = re.compile(r"(\d[\d,]*) tokens? > (\d[\d,]*)(?: tokens?)? maximum")
+_OPENAI_LIMIT = re.compile(r"maximum context length is (\d[\d,]*) tokens")
+_OPENAI_PROMPT = re.compile(r"(?:resulted in|requested|you requested) (\d[\d,]*) tokens")
+
+
+def _num(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def _sizes(message: str) -> tuple[int, int]:
+    """(prompt tokens, limit tokens) stated in a provider message, 0 when absent."""
+    m = _ANTHROPIC_SIZES.search(message)
+    if m:
+        return _num(m.group(1)), _num(m.group(2))
+    limit = _OPENAI_LIMIT.search(message)
+    prompt = _OPENAI_PROMPT.search(message)
+    return (_num(prompt.group(1)) if prompt else 0, _num(limit.group(1)) if limit else 0)
 
 
 def _find(body: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -84,9 +106,12 @@ def classify_turn_error(error: object, *, provider: str = "") -> TurnError:
         guessed, code = "", str(getattr(error, "code", "") or "")
         message = str(error)
     is_limit = code in _CONTEXT_CODES or bool(_CONTEXT_TEXT.search(message))
+    prompt_tokens, limit_tokens = _sizes(message[:2000]) if is_limit else (0, 0)
     return TurnError(
         error_class="context_limit" if is_limit else "other",
         provider=provider or guessed,
         code=code[:100],
         message=message[:500],
+        prompt_tokens=min(prompt_tokens, 2**40),
+        limit_tokens=min(limit_tokens, 2**40),
     )

@@ -9,6 +9,7 @@ import msgspec
 
 from ctxledger.domain.events import (
     AgentRegistered,
+    CacheUsageRecorded,
     ContextPackBuilt,
     Event,
     FindingVerified,
@@ -59,7 +60,8 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
     - ``unverified_as_verified``: a verified_fact recorded unverified, recalled memory
       verified, or a memory promoted as verified;
     - ``recall_caps``: a recall group above 4 entries, 300 tokens or 1200 bytes;
-    - ``refresh_without_cause``: a context-limit refresh with no context-limit error before it;
+    - ``refresh_without_cause``: a context-limit refresh with no context-limit error since the
+      last successful turn (the refresh ladder may refresh several times for one error);
     - ``generation_gap``: generation numbers that are not contiguous;
     - ``unknown_agent``: events for an agent never registered.
     """
@@ -113,6 +115,8 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                 )
             case TurnFailed(agent_id=aid, error_class="context_limit"):
                 agent(pos, aid).context_limit_pending = True
+            case CacheUsageRecorded(agent_id=aid):
+                agent(pos, aid).context_limit_pending = False  # a successful turn
             case GenerationRefreshed(agent_id=aid):
                 a = agent(pos, aid)
                 if event.from_generation != a.generation or event.to_generation != a.generation + 1:
@@ -156,7 +160,6 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                         )
                     )
                 a.decisions = apply_decision_delta(a.decisions, event.decisions, event.retired)
-                a.context_limit_pending = False
                 if (
                     event.budget_used > event.budget_limit
                     and event.overflow != event.budget_used - event.budget_limit

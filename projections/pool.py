@@ -41,6 +41,7 @@ class AgentPool(msgspec.Struct, frozen=True, kw_only=True):
     item id to why it left; ``built_upto`` is the count of recordings the last build saw."""
 
     items: dict[str, Item] = {}
+    verified: dict[str, bool] = {}
     seq: dict[str, int] = {}
     seen: dict[str, int] = {}
     removed: dict[str, str] = {}
@@ -48,9 +49,19 @@ class AgentPool(msgspec.Struct, frozen=True, kw_only=True):
     built_upto: int = 0
 
     def candidates(self) -> list[Item]:
-        """Items still in the pool, in recording order."""
+        """Items still in the pool, in recording order, verified ones in their verified form."""
         removed = self.removed
-        return [item for i, item in self.items.items() if i not in removed]
+        verified = self.verified
+        return [
+            verified_form(item) if i in verified else item
+            for i, item in self.items.items()
+            if i not in removed
+        ]
+
+    def current(self, item_id: str) -> Item:
+        """One item as it is now (verified form after an explicit verification)."""
+        item = self.items[item_id]
+        return verified_form(item) if item_id in self.verified else item
 
     def new_since_last_build(self) -> list[str]:
         return [i for i, n in self.seq.items() if n > self.built_upto and i not in self.removed]
@@ -119,11 +130,10 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             pool = state.by_agent.get(agent_id)
             if pool is None or item_id not in pool.items:
                 return state
-            item = pool.items[item_id]
-            if item.source == Source.RECALLED_MEMORY:
+            if pool.items[item_id].source == Source.RECALLED_MEMORY:
                 return state  # recalled memory is never a verified fact
-            items = {**pool.items, item_id: verified_form(item)}
-            return _put(state, agent_id, msgspec.structs.replace(pool, items=items))
+            verified = {**pool.verified, item_id: True}
+            return _put(state, agent_id, msgspec.structs.replace(pool, verified=verified))
         case ContextPackBuilt(agent_id=agent_id):
             pool = state.by_agent.get(agent_id)
             if pool is None or pool.built_upto == pool.recorded:

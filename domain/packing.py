@@ -1,0 +1,686 @@
+"""The shared packer: fit scored candidates into a token budget with one decision per candidate.
+
+Order of work (every strategy goes through the same steps, with its own options):
+
+1. candidates are de-duplicated by id (first wins) and their tokens resolved
+   (``Item.token_count`` when > 0, else the counter);
+2. items sharing a non-empty ``group`` form one unit — included, dropped or compressed whole;
+3. forced units (any member pinned or mandatory) are included verbatim, even over budget —
+   the excess is recorded as ``overflow``, never hidden;
+4. other units may be dropped before packing: ``excluded_by_scope`` (BuildRequest.scope),
+   a strategy's own reason (``omitted_by_strategy``, ``other_phase``…), ``superseded``;
+5. the rest are taken in priority order (tier, then score, then id — or chronologically),
+   ``duplicate`` content is skipped, scope clipping applied, and each unit is included whole,
+   compressed (heuristic extraction) or dropped ``over_budget``. Nothing but forced units can
+   push ``used`` above the budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC
+
+import msgspec
+
+from ctxledger.domain.compression import compress_text
+from ctxledger.domain.errors import BudgetError
+from ctxledger.domain.model import CompressionMetadata, Decision, Item, Layer, Source
+from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.request import BuildRequest, Scope
+from ctxledger.domain.retrieval import ScoredItem
+
+__all__ = [
+    "CLIP_METHOD",
+    "CLIP_REASON",
+    "DROP_REASONS",
+    "DUPLICATE",
+    "EXCLUDED_BY_SCOPE",
+    "OMITTED_BY_STRATEGY",
+    "OTHER_PHASE",
+    "OUTSIDE_WINDOW",
+    "OVER_BUDGET",
+    "SUPERSEDED",
+    "Accumulator",
+    "Candidate",
+    "Group",
+    "OmitFn",
+    "PackResult",
+    "Unit",
+    "clip_text",
+    "clip_marker",
+    "effective_budget",
+    "make_units",
+    "pack",
+    "prepare",
+    "priority_tier",
+    "scope_excluder",
+    "supersede_latest",
+]
+
+# Reason codes of dropped decisions.
+OVER_BUDGET = "over_budget"
+EXCLUDED_BY_SCOPE = "excluded_by_scope"
+SUPERSEDED = "superseded"
+DUPLICATE = "duplicate"
+OTHER_PHASE = "other_phase"
+OMITTED_BY_STRATEGY = "omitted_by_strategy"
+OUTSIDE_WINDOW = "outside_conversation_window"
+DROP_REASONS = frozenset(
+    {
+        OVER_BUDGET,
+        EXCLUDED_BY_SCOPE,
+        SUPERSEDED,
+        DUPLICATE,
+        OTHER_PHASE,
+        OMITTED_BY_STRATEGY,
+        OUTSIDE_WINDOW,
+    }
+)
+# Clipped decisions: action "clipped", this reason and method.
+CLIP_REASON = "scope_clip"
+CLIP_METHOD = "head_tail"
+
+_COMPRESS_MIN_TOKENS = 64  # smaller items are dropped, not compressed
+_COMPRESS_MIN_ROOM = 16  # do not try to compress into less room than this
+_COMPRESS_MAX_ATTEMPTS = 32  # per build: bounds the work on huge pools with tiny budgets
+_MARKER_ALLOWANCE = 12  # tokens reserved for the clip marker and its newlines
+_NEG_INF = float("-inf")
+
+
+class PackResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What a strategy selected, and the fate of every candidate.
+
+    ``items`` are the selected items in prompt order — compressed/clipped ones carry their new
+    content and ``token_count``; ``budget`` is the budget the strategy packed against (may be
+    tighter than the request's) and ``overflow = max(0, used - budget)``.
+    """
+
+    items: tuple[Item, ...]
+    decisions: dict[str, Decision]
+    used: int
+    budget: int
+    overflow: int
+    metadata: CompressionMetadata
+    counter: str
+    strategy: str
+
+
+_L1 = Layer.L1
+_L3 = Layer.L3
+_TOOL_LOG = Source.TOOL_LOG
+_CONVERSATION = Source.CONVERSATION
+_WORKER_FINDING = Source.WORKER_FINDING
+_TIER1_SOURCES = frozenset({Source.USER_REQUIREMENT, Source.STEERING_NOTE, Source.ROLE_INSTRUCTION})
+_TIER2_SOURCES = frozenset({Source.REPOSITORY_SOURCE, Source.VERIFIED_FACT, Source.TEST_RESULT})
+_TIER3_SOURCES = frozenset(
+    {Source.PARENT_REPORT, Source.RECALLED_MEMORY, Source.WORKER_FINDING, Source.GENERATED_SUMMARY}
+)
+
+
+def priority_tier(item: Item) -> int:
+    """Packing tier: 0 pinned/mandatory; 1 objective, task, acceptance, constraints, steering
+    (user requirements, steering notes, role instructions, other L1 task state); 2 code,
+    verified findings, failures and test results; 3 architecture memory (L3), parent reports,
+    unverified findings; 4 historical / optional (L0 ephemera, L4 raw history, logs…)."""
+    if item.pinned or item.mandatory:
+        return 0
+    src = item.source
+    if src in _TIER1_SOURCES:
+        return 1
+    if item.failure or src in _TIER2_SOURCES or (src is _WORKER_FINDING and item.verified):
+        return 2
+    layer = item.layer
+    if layer is _L1 and src is not _TOOL_LOG and src is not _CONVERSATION:
+        return 1
+    if layer is _L3 or src in _TIER3_SOURCES:
+        return 3
+    return 4
+
+
+def _ts(item: Item) -> float:
+    at = item.observed_at
+    if at is None:
+        return _NEG_INF
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.timestamp()
+
+
+_statics: dict[int, tuple[Item, int, float]] = {}
+_STATIC_MAX = 100_000
+
+
+def _tier_ts(item: Item) -> tuple[Item, int, float]:
+    """(item, tier, timestamp), memoised per item object (the entry keeps the item alive,
+    so its ``id`` cannot be reused while cached)."""
+    st = _statics.get(id(item))
+    if st is None or st[0] is not item:
+        st = (item, priority_tier(item), _ts(item))
+        if len(_statics) >= _STATIC_MAX:
+            for key in list(_statics)[: _STATIC_MAX // 2]:
+                del _statics[key]
+        _statics[id(item)] = st
+    return st
+
+
+class Candidate:
+    """One candidate during packing. An ungrouped candidate is its own packing unit."""
+
+    __slots__ = ("forced", "index", "item", "score", "tier", "tokens", "ts")
+
+    group = ""  # an ungrouped candidate (Group has the name)
+
+    def __init__(  # noqa: PLR0917 - positional on the hot path
+        self, item: Item, score: float, tokens: int, index: int, tier: int, ts: float
+    ) -> None:
+        self.item = item
+        self.score = score
+        self.tokens = tokens
+        self.index = index
+        self.tier = tier
+        self.ts = ts
+        self.forced = item.pinned or item.mandatory
+
+    @property
+    def members(self) -> tuple[Candidate, ...]:
+        return (self,)
+
+    def priority_key(self) -> tuple[int, float, str, int]:
+        return (self.tier, -self.score, self.item.id, self.index)
+
+    def chrono_key(self) -> tuple[float, str, int]:
+        return (self.ts, self.item.id, self.index)
+
+
+class Group:
+    """Candidates sharing a non-empty ``Item.group``: included, dropped or compressed whole."""
+
+    __slots__ = ("forced", "group", "members")
+
+    def __init__(self, group: str, first: Candidate, forced: bool) -> None:
+        self.group = group
+        self.members: list[Candidate] = [first]
+        self.forced = forced
+
+    @property
+    def tokens(self) -> int:
+        return sum(m.tokens for m in self.members)
+
+    def priority_key(self) -> tuple[int, float, str, int]:
+        """(best tier, then the key of the best-scored member: -score, id, index)."""
+        m = self.members
+        best = min(m, key=lambda c: (-c.score, c.item.id, c.index))
+        return (min(c.tier for c in m), -best.score, best.item.id, best.index)
+
+    def chrono_key(self) -> tuple[float, str, int]:
+        return min(c.chrono_key() for c in self.members)
+
+
+Unit = Candidate | Group
+OmitFn = Callable[[Candidate], str | None]
+
+
+def effective_budget(request: BuildRequest, budget: int | None = None) -> int:
+    """The budget to pack against; the request's must be positive."""
+    if request.budget <= 0:
+        raise BudgetError(f"token budget must be positive, got {request.budget}")
+    limit = request.budget if budget is None else budget
+    if limit < 0:
+        raise BudgetError(f"effective budget must not be negative, got {limit}")
+    return limit
+
+
+def prepare(candidates: Sequence[ScoredItem], counter: TokenCounter) -> list[Candidate]:
+    """Candidates with resolved token counts (``Item.token_count`` when > 0, else the
+    counter), de-duplicated by item id (first wins)."""
+    return _prepare(candidates, counter)[0]
+
+
+def _prepare(
+    candidates: Sequence[ScoredItem], counter: TokenCounter
+) -> tuple[list[Candidate], bool]:
+    """:func:`prepare`, plus whether the input was already in (-score, id) order."""
+    out: list[Candidate] = []
+    append = out.append
+    seen: set[str] = set()
+    add = seen.add
+    count = counter.count
+    statics = _statics
+    ordered = True
+    prev_score = float("inf")
+    prev_id = ""
+    for index, sc in enumerate(candidates):
+        item = sc.item
+        iid = item.id
+        if iid in seen:
+            continue
+        add(iid)
+        score = sc.score
+        if ordered and (score > prev_score or (score == prev_score and iid < prev_id)):
+            ordered = False
+        prev_score, prev_id = score, iid
+        st = statics.get(id(item))
+        if st is None or st[0] is not item:
+            st = _tier_ts(item)
+        tokens = item.token_count
+        if tokens <= 0:
+            tokens = count(item.content)
+        append(Candidate(item, score, tokens, index, st[1], st[2]))
+    return out, ordered
+
+
+def make_units(
+    cands: Iterable[Candidate], forced: Callable[[Candidate], bool] | None = None
+) -> list[Unit]:
+    """Units in order of first appearance: ungrouped candidates are their own unit, grouped
+    ones are collected into a :class:`Group` (forced if any member is). ``forced``
+    overrides which candidates are forced (default: pinned or mandatory)."""
+    units: list[Unit] = []
+    groups: dict[str, Group] = {}
+    for c in cands:
+        if forced is not None:
+            c.forced = forced(c)
+        g = c.item.group
+        if not g:
+            units.append(c)
+            continue
+        grp = groups.get(g)
+        if grp is None:
+            grp = groups[g] = Group(g, c, c.forced)
+            units.append(grp)
+        else:
+            grp.members.append(c)
+            grp.forced = grp.forced or c.forced
+    return units
+
+
+def scope_excluder(scope: Scope) -> Callable[[Item], bool] | None:
+    """A predicate telling whether *scope* excludes an item, or ``None`` if it excludes none."""
+    layers = frozenset(scope.layers)
+    sources = frozenset(scope.sources)
+    no_memory = scope.exclude_project_memory
+    deps = None if scope.dependency_task_ids is None else frozenset(scope.dependency_task_ids)
+    if not layers and not sources and not no_memory and deps is None:
+        return None
+
+    def excluded(item: Item) -> bool:
+        if layers and item.layer not in layers:
+            return True
+        if sources and item.source not in sources:
+            return True
+        if no_memory and (item.layer is Layer.L3 or item.source is Source.RECALLED_MEMORY):
+            return True
+        return deps is not None and item.source is Source.PARENT_REPORT and item.task not in deps
+
+    return excluded
+
+
+def clip_marker(n: int) -> str:
+    """The marker that replaces clipped text: ``[… N tokens clipped …]``."""
+    return f"[… {n} tokens clipped …]"
+
+
+_clip_memo: dict[tuple[str, int, int, str], tuple[str, int] | None] = {}
+_CLIP_MEMO_MAX = 8_192
+
+
+def clip_text(text: str, tokens: int, limit: int, counter: TokenCounter) -> tuple[str, int] | None:
+    """Head/tail excerpt of *text* (``tokens`` long) aiming at ≤ *limit* tokens.
+
+    The middle is replaced by :func:`clip_marker` with N = tokens − head − tail (at least 1);
+    cuts snap to line breaks when one is near. Returns ``(text, tokens)`` — fewer tokens than
+    the input, and ≤ *limit* unless the marker alone does not fit — or ``None`` when no
+    excerpt is shorter than the text itself. Memoised per (text, tokens, limit, counter).
+    """
+    memo_key = (text, tokens, limit, counter.name)
+    if memo_key in _clip_memo:
+        return _clip_memo[memo_key]
+    n = len(text)
+    keep = int(max(limit - _MARKER_ALLOWANCE, 0) * n / max(tokens, 1))
+    best: tuple[str, int] | None = None
+    for _ in range(8):
+        keep = max(0, min(keep, n - 1))
+        h = keep // 2
+        t = keep - h
+        head = text[:h]
+        tail = text[n - t :] if t else ""
+        nl = head.rfind("\n")
+        if nl >= 0 and nl >= h // 2:
+            head = head[: nl + 1]
+        nl = tail.find("\n")
+        if 0 <= nl < t // 2:
+            tail = tail[nl + 1 :]
+        ht = counter.count(head) if head else 0
+        tt = counter.count(tail) if tail else 0
+        marker = clip_marker(max(1, tokens - ht - tt))
+        sep_head = "" if not head or head.endswith("\n") else "\n"
+        sep_tail = "\n" if tail else ""
+        clipped = f"{head}{sep_head}{marker}{sep_tail}{tail}"
+        ct = counter.count(clipped)
+        if ct < tokens and (best is None or ct < best[1]):
+            best = (clipped, ct)
+        if ct <= limit or keep == 0:
+            break
+        keep = int(keep * limit / ct * 0.9)
+    if len(_clip_memo) >= _CLIP_MEMO_MAX:
+        for k in list(_clip_memo)[: _CLIP_MEMO_MAX // 2]:
+            del _clip_memo[k]
+    _clip_memo[memo_key] = best
+    return best
+
+
+class Accumulator:
+    """Collects decisions and selected items of one build, then makes the PackResult."""
+
+    __slots__ = (
+        "contents",
+        "counter",
+        "decisions",
+        "dropped",
+        "selected",
+        "strategies",
+        "strategy",
+        "truncated",
+        "used",
+    )
+
+    def __init__(self, counter: TokenCounter, strategy: str) -> None:
+        self.counter = counter
+        self.strategy = strategy
+        self.decisions: dict[str, Decision] = {}
+        self.selected: list[tuple[tuple[object, ...], int, Item]] = []  # (key, index, item)
+        self.used = 0
+        self.dropped = 0
+        self.strategies: set[str] = set()
+        self.truncated: set[int] = set()
+        self.contents: set[str] = set()
+
+    def include(
+        self,
+        c: Candidate,
+        key: tuple[object, ...],
+        *,
+        content: str | None = None,
+        tokens: int | None = None,
+        action: str = "included",
+        method: str = "",
+        reason: str = "",
+    ) -> None:
+        """Select *c* whole, or (``content``/``tokens``) as a compressed or clipped version."""
+        item = c.item
+        self.contents.add(item.content)
+        after = c.tokens if tokens is None else tokens
+        if content is not None and content != item.content:
+            item = msgspec.structs.replace(item, content=content, token_count=after)
+            self.truncated.add(int(item.layer))
+        elif item.token_count != after:
+            item = msgspec.structs.replace(item, token_count=after)
+        self.selected.append((key, c.index, item))
+        self.used += after
+        if action == "included":
+            self.decisions[item.id] = Decision(
+                item_id=item.id, action="included", tokens_before=c.tokens, tokens_after=after
+            )
+        else:
+            self.decisions[item.id] = Decision(
+                item_id=item.id,
+                action="compressed" if action == "compressed" else "clipped",
+                reason=reason,
+                method=method,
+                tokens_before=c.tokens,
+                tokens_after=after,
+            )
+            self.strategies.add(method)
+
+    def include_unit(self, u: Unit, key: tuple[object, ...]) -> None:
+        for m in u.members:
+            self.include(m, key)
+
+    def drop(self, c: Candidate, reason: str) -> None:
+        item = c.item
+        self.decisions[item.id] = _dropped(item.id, reason, c.tokens)
+        self.dropped += 1
+        if reason != EXCLUDED_BY_SCOPE:
+            self.truncated.add(item.layer._value_)
+
+    def drop_unit(self, u: Unit, reason: str) -> None:
+        for m in u.members:
+            self.drop(m, reason)
+
+    def result(self, budget: int) -> PackResult:
+        self.selected.sort(key=lambda s: (s[0], s[2].id))
+        return PackResult(
+            items=tuple(s[2] for s in self.selected),
+            decisions=self.decisions,
+            used=self.used,
+            budget=budget,
+            overflow=max(0, self.used - budget),
+            metadata=CompressionMetadata(
+                strategies_applied=(self.strategy, *sorted(self.strategies - {self.strategy})),
+                layers_truncated=tuple(Layer(v) for v in sorted(self.truncated)),
+                entries_dropped=self.dropped,
+            ),
+            counter=self.counter.name,
+            strategy=self.strategy,
+        )
+
+
+_drop_memo: dict[tuple[str, str, int], Decision] = {}
+_DROP_MEMO_MAX = 100_000
+
+
+def _dropped(item_id: str, reason: str, tokens: int) -> Decision:
+    """A dropped decision; equal decisions are shared between builds (they are immutable)."""
+    key = (item_id, reason, tokens)
+    d = _drop_memo.get(key)
+    if d is None:
+        d = Decision(item_id=item_id, action="dropped", reason=reason, tokens_before=tokens)
+        if len(_drop_memo) >= _DROP_MEMO_MAX:
+            for k in list(_drop_memo)[: _DROP_MEMO_MAX // 2]:
+                del _drop_memo[k]
+        _drop_memo[key] = d
+    return d
+
+
+def supersede_latest(
+    units: list[Unit], forced: Iterable[Unit], sources: frozenset[Source], acc: Accumulator
+) -> list[Unit]:
+    """Keep only the newest (observed_at, then id) item per (source, source_id) among
+    ungrouped units of *sources*; older ones are dropped ``superseded``. Forced units count
+    as versions but are never dropped."""
+    eligible = [
+        u for u in units if type(u) is Candidate and u.item.source_id and u.item.source in sources
+    ]
+    if not eligible:
+        return units
+    newest: dict[tuple[Source, str], tuple[float, str]] = {}
+    for u in (*forced, *eligible):
+        if type(u) is Candidate and u.item.source_id and u.item.source in sources:
+            k = (u.item.source, u.item.source_id)
+            v = (u.ts, u.item.id)
+            if k not in newest or v > newest[k]:
+                newest[k] = v
+    gone: set[int] = set()
+    for u in eligible:
+        it = u.item
+        if newest[(it.source, it.source_id)] != (u.ts, it.id):
+            acc.drop(u, SUPERSEDED)
+            gone.add(id(u))
+    if not gone:
+        return units
+    acc.strategies.add("supersede")
+    return [u for u in units if id(u) not in gone]
+
+
+def _version(c: Candidate, clip_limit: int, counter: TokenCounter) -> tuple[str | None, int]:
+    """The scope-clipped content and tokens of a candidate (``None`` content: unchanged)."""
+    if clip_limit and c.tokens > clip_limit:
+        clipped = clip_text(c.item.content, c.tokens, clip_limit, counter)
+        if clipped is not None:
+            return clipped
+    return None, c.tokens
+
+
+def _ordered(units: list[Unit], chronological: bool, presorted: bool) -> list[Unit]:
+    """Units in packing order: (tier, -score, id, index), or (time, id, index).
+
+    Units come in order of first appearance; with *presorted* candidates (retrieval order)
+    each unit's first member is its best-scored one, so every tier bucket is already in
+    order and the common case is one linear pass."""
+    if chronological:
+        return sorted(units, key=lambda u: u.chrono_key())
+    buckets: list[list[Unit]] = [[], [], [], [], []]
+    for u in units:
+        if type(u) is Candidate:
+            buckets[u.tier].append(u)
+        else:
+            buckets[min(c.tier for c in u.members)].append(u)
+    out: list[Unit] = []
+    for b in buckets:
+        if b:
+            if not presorted:
+                b.sort(key=lambda u: u.priority_key())
+            out.extend(b)
+    return out
+
+
+def pack(
+    request: BuildRequest,
+    candidates: Sequence[ScoredItem],
+    counter: TokenCounter,
+    *,
+    strategy_name: str,
+    budget: int | None = None,
+    omit: OmitFn | None = None,
+    chronological: bool = False,
+    supersede: frozenset[Source] = frozenset({Source.ARTIFACT}),
+    dedupe: bool = True,
+    compress: bool = True,
+    stop_at_first_miss: bool = False,
+) -> PackResult:
+    """Pack *candidates* into the budget (``budget`` overrides the request's, e.g. tighter).
+
+    ``omit`` gives a strategy's own drop reason for a candidate (never applied to forced
+    units; one omitted member drops its whole group). ``chronological`` orders by
+    ``observed_at`` instead of (tier, score, id); ``stop_at_first_miss`` stops filling at the
+    first unit that does not fit. Pure and deterministic.
+    """
+    limit = effective_budget(request, budget)
+    acc = Accumulator(counter, strategy_name)
+    cands, presorted = _prepare(candidates, counter)
+    units = make_units(cands)
+    excluded = scope_excluder(request.scope)
+
+    forced_units: list[Unit] = []
+    live: list[Unit] = []
+    for u in units:
+        if u.forced:
+            forced_units.append(u)
+            continue
+        reason: str | None = None
+        if excluded is not None or omit is not None:
+            unit_members = u.members
+            if excluded is not None and any(excluded(m.item) for m in unit_members):
+                reason = EXCLUDED_BY_SCOPE
+            elif omit is not None:
+                for m in unit_members:
+                    reason = omit(m)
+                    if reason:
+                        break
+        if reason:
+            acc.drop_unit(u, reason)
+        else:
+            live.append(u)
+    for u in forced_units:
+        acc.include_unit(u, u.chrono_key() if chronological else u.priority_key())
+    if supersede:
+        live = supersede_latest(live, forced_units, supersede, acc)
+
+    clip_limit = request.scope.clip_above_tokens
+    contents = acc.contents
+    attempts = 0
+    stopped = False
+    for u in _ordered(live, chronological, presorted):
+        if type(u) is Candidate:
+            if dedupe and u.item.content in contents:
+                acc.drop(u, DUPLICATE)
+                acc.strategies.add("dedupe")
+                continue
+            remaining = limit - acc.used
+            if stopped or remaining <= 0 or (u.tokens > remaining and not clip_limit and (
+                not compress or attempts >= _COMPRESS_MAX_ATTEMPTS or remaining < _COMPRESS_MIN_ROOM
+                or u.tokens <= _COMPRESS_MIN_TOKENS
+            )):  # fmt: skip
+                acc.drop(u, OVER_BUDGET)
+                if stop_at_first_miss:
+                    stopped = True
+                continue
+            members: Sequence[Candidate] = (u,)
+        else:
+            remaining = limit - acc.used
+            if stopped or remaining <= 0:
+                acc.drop_unit(u, OVER_BUDGET)
+                continue
+            members = u.members
+        key = u.chrono_key() if chronological else u.priority_key()
+        versions = [_version(m, clip_limit, counter) for m in members]
+        total = sum(v[1] for v in versions)
+        if total <= remaining:
+            for m, (text, t) in zip(members, versions, strict=True):
+                if text is None:
+                    acc.include(m, key)
+                else:
+                    acc.include(
+                        m, key, content=text, tokens=t, action="clipped",
+                        method=CLIP_METHOD, reason=CLIP_REASON,
+                    )  # fmt: skip
+            continue
+        if (
+            compress
+            and attempts < _COMPRESS_MAX_ATTEMPTS
+            and remaining >= _COMPRESS_MIN_ROOM
+            and total > _COMPRESS_MIN_TOKENS
+        ):
+            attempts += 1
+            packed = _compress_unit(members, versions, clip_limit, counter)
+            if packed is not None and sum(p[1] for p in packed) <= remaining:
+                for m, (text, t, action, method) in zip(members, packed, strict=True):
+                    if action == "included":
+                        acc.include(m, key)
+                    else:
+                        acc.include(
+                            m, key, content=text, tokens=t, action=action, method=method,
+                            reason=OVER_BUDGET if action == "compressed" else CLIP_REASON,
+                        )  # fmt: skip
+                continue
+        acc.drop_unit(u, OVER_BUDGET)
+        if stop_at_first_miss:
+            stopped = True
+    return acc.result(limit)
+
+
+def _compress_unit(
+    members: Sequence[Candidate],
+    versions: list[tuple[str | None, int]],
+    clip_limit: int,
+    counter: TokenCounter,
+) -> list[tuple[str | None, int, str, str]] | None:
+    """Compressed versions of a unit's members, or ``None`` if nothing got smaller."""
+    out: list[tuple[str | None, int, str, str]] = []
+    gained = False
+    for m, (text, t) in zip(members, versions, strict=True):
+        c = compress_text(m.item.content) if m.tokens > _COMPRESS_MIN_TOKENS else None
+        if c is not None:
+            ct = counter.count(c.text)
+            ctext, method = c.text, c.method
+            if clip_limit and ct > clip_limit:
+                clipped = clip_text(ctext, ct, clip_limit, counter)
+                if clipped is not None:
+                    ctext, ct = clipped
+                    method = f"{method}+{CLIP_METHOD}"
+            if ct < t:
+                out.append((ctext, ct, "compressed", method))
+                gained = True
+                continue
+        out.append((text, t, "included" if text is None else "clipped", CLIP_METHOD))
+    return out if gained else None

@@ -1,0 +1,207 @@
+"""Cache-stable prompt composition: items → four segments → a static prefix and a dynamic tail."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection, Iterable, Sequence
+
+import msgspec
+
+from ctxledger.domain.errors import InvalidInputError
+from ctxledger.domain.model import Item, Layer, Source, content_hash
+
+__all__ = [
+    "SEGMENT_ORDER",
+    "PromptParts",
+    "Segment",
+    "assign_segment",
+    "compose",
+    "render_item",
+]
+
+
+class Segment(enum.StrEnum):
+    """Where rendered text sits in the prompt (the seed's prompt cache layers P0 to P3)."""
+
+    ROLE = "role"
+    SESSION = "session"
+    GENERATION = "generation"
+    VOLATILE = "volatile"
+
+
+SEGMENT_ORDER: tuple[Segment, ...] = (
+    Segment.ROLE,
+    Segment.SESSION,
+    Segment.GENERATION,
+    Segment.VOLATILE,
+)
+"""Segments in prompt order; ROLE+SESSION are the static prefix, the rest the dynamic tail."""
+
+_SESSION_SOURCE_RANK: dict[Source, int] = {
+    Source.USER_REQUIREMENT: 0,
+    Source.STEERING_NOTE: 1,
+}
+_OTHER_SESSION_RANK = 2  # pinned constraints and project memory
+
+_HEADER_UNSAFE = str.maketrans({"\n": " ", "\r": " "})
+
+
+class PromptParts(msgspec.Struct, frozen=True, kw_only=True):
+    """A composed prompt.
+
+    ``static`` = ROLE + SESSION (cacheable across generations), ``dynamic`` = GENERATION +
+    VOLATILE, ``prefix_hash`` = SHA-256 of ``static``; ``segments`` holds every segment's text
+    (``""`` when empty); ``order`` is the GENERATION item ids in rendered order (the next
+    build's ``emitted_order``)."""
+
+    static: str
+    dynamic: str
+    prefix_hash: str
+    segments: dict[Segment, str]
+    order: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        """The whole prompt: ``static + dynamic``."""
+        return self.static + self.dynamic
+
+    @property
+    def stable(self) -> str:
+        """The prompt without its VOLATILE tail (what a within-generation build only appends to)."""
+        return self.static + self.segments[Segment.GENERATION]
+
+
+def assign_segment(item: Item) -> Segment:
+    """The segment an item is rendered in.
+
+    role_instruction → ROLE; recalled_memory → VOLATILE (it is replaced on every prompt);
+    user_requirement (the objective), steering notes, pinned items (constraints) and L3 project
+    memory → SESSION; everything else → GENERATION.
+    """
+    if item.source is Source.ROLE_INSTRUCTION:
+        return Segment.ROLE
+    if item.source is Source.RECALLED_MEMORY:
+        return Segment.VOLATILE
+    if item.source in _SESSION_SOURCE_RANK or item.pinned or item.layer is Layer.L3:
+        return Segment.SESSION
+    return Segment.GENERATION
+
+
+def _segment_within(item: Item, static_ids: Collection[str] | None) -> Segment:
+    """The segment of *item* when the static part is frozen to *static_ids* (within a
+    generation): new ROLE/SESSION-class items wait in GENERATION until the next boundary,
+    and items already in the static part stay there, so the prefix is never disturbed."""
+    seg = assign_segment(item)
+    if static_ids is None or seg is Segment.VOLATILE:
+        return seg
+    if item.id in static_ids:
+        return seg if seg in (Segment.ROLE, Segment.SESSION) else Segment.SESSION
+    return Segment.GENERATION if seg in (Segment.ROLE, Segment.SESSION) else seg
+
+
+def render_item(item: Item) -> str:
+    """One item as a self-terminated block: ``### <source> · <files>``, the content, a blank line.
+
+    Only the source, the files and the content are rendered: never the id, the agent, the
+    observation time or any other provenance, so equal content renders to equal bytes."""
+    header = f"### {item.source.value}"
+    if item.files:
+        header += " · " + ", ".join(f.translate(_HEADER_UNSAFE) for f in item.files)
+    return f"{header}\n{item.content}\n\n"
+
+
+def _block(title: str, body: str) -> str:
+    return f"### {title}\n{body}\n\n" if body else ""
+
+
+def _durability_key(item: Item, block: str) -> tuple[int, str, str]:
+    # Durability descending, then content hash; the rendered block breaks remaining ties so the
+    # bytes never depend on the order items arrive in.
+    return (-int(item.durability), item.hash, block)
+
+
+def _content_key(item: Item, block: str) -> tuple[str, str]:
+    return (item.hash, block)
+
+
+def _session_key(item: Item, block: str) -> tuple[int, str, str]:
+    rank = _SESSION_SOURCE_RANK.get(item.source, _OTHER_SESSION_RANK)
+    return (rank, item.hash, block)
+
+
+def _unique(items: Iterable[Item]) -> list[Item]:
+    seen: set[str] = set()
+    result: list[Item] = []
+    for item in items:
+        if item.id in seen:
+            raise InvalidInputError(f"duplicate item id {item.id[:80]!r} in one prompt")
+        seen.add(item.id)
+        result.append(item)
+    return result
+
+
+def compose(
+    items: Iterable[Item],
+    *,
+    emitted_order: Sequence[str] = (),
+    status: str = "",
+    recall: str = "",
+    latest_user_input: str = "",
+    static_ids: Collection[str] | None = None,
+) -> PromptParts:
+    """Compose a prompt from the items of a pack.
+
+    ``static_ids`` (within a generation: the ids already in ROLE/SESSION) freezes the static
+    part: other ROLE/SESSION-class items are appended to GENERATION until the next refresh or
+    rebuild; ``None`` (a generation's first build) assigns every item afresh.
+
+    ROLE and SESSION are sorted by stable keys (so they are byte-identical whatever order the
+    items arrive in and whichever agent asks). GENERATION keeps ``emitted_order`` — the
+    previous build's ``order`` — and appends new items after it in (durability descending,
+    content hash) order; with an empty ``emitted_order`` (a refresh or the first build) the
+    whole segment is sorted that way. Ids in ``emitted_order`` that are no longer GENERATION
+    items are skipped. VOLATILE holds recalled-memory items, the ``recall`` group, the
+    ``status`` line and the ``latest_user_input``, in that order.
+
+    Raises InvalidInputError when two items share an id.
+    """
+    by_segment: dict[Segment, list[tuple[Item, str]]] = {s: [] for s in SEGMENT_ORDER}
+    for item in _unique(items):
+        by_segment[_segment_within(item, static_ids)].append((item, render_item(item)))
+
+    role = sorted(by_segment[Segment.ROLE], key=lambda p: _content_key(*p))
+    session = sorted(by_segment[Segment.SESSION], key=lambda p: _session_key(*p))
+
+    generation_by_id = {item.id: (item, block) for item, block in by_segment[Segment.GENERATION]}
+    kept: list[tuple[Item, str]] = []
+    kept_ids: set[str] = set()
+    for item_id in emitted_order:
+        pair = generation_by_id.get(item_id)
+        if pair is not None and item_id not in kept_ids:
+            kept.append(pair)
+            kept_ids.add(item_id)
+    new = sorted(
+        (p for p in by_segment[Segment.GENERATION] if p[0].id not in kept_ids),
+        key=lambda p: _durability_key(*p),
+    )
+    generation = kept + new
+
+    recalled = sorted(by_segment[Segment.VOLATILE], key=lambda p: _durability_key(*p))
+
+    segments = {
+        Segment.ROLE: "".join(block for _, block in role),
+        Segment.SESSION: "".join(block for _, block in session),
+        Segment.GENERATION: "".join(block for _, block in generation),
+        Segment.VOLATILE: "".join(block for _, block in recalled)
+        + _block(Source.RECALLED_MEMORY.value, recall)
+        + _block("generation status", status)
+        + _block("latest user input", latest_user_input),
+    }
+    static = segments[Segment.ROLE] + segments[Segment.SESSION]
+    return PromptParts(
+        static=static,
+        dynamic=segments[Segment.GENERATION] + segments[Segment.VOLATILE],
+        prefix_hash=content_hash(static),
+        segments=segments,
+        order=tuple(item.id for item, _ in generation),
+    )
