@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ctxledger.adapters import cli_inspect
+from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
 from ctxledger.domain.errors import CtxLedgerError
@@ -111,6 +112,8 @@ app.command()(cli_inspect.inspect)
 app.command()(cli_inspect.generations)
 app.command()(cli_inspect.diff)
 app.command()(cli_inspect.audit)
+app.add_typer(memory_app, name="memory")
+app.command()(__import__("ctxledger.adapters.cli_serve", fromlist=["serve"]).serve)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,243 +1,326 @@
-"""`make demo`: a scripted lifecycle written to a fresh SQLite ledger, then shown by replay."""
+"""`make demo`: a scripted orchestrator session with a Primary and a Worker, written to
+``./.ctxledger/demo.db`` through the real engine, ending with the inspector view."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from rich.console import Console
-from rich.table import Table
 
-from ctxledger.adapters.ledger import open_ledger, stream_id_for
-from ctxledger.adapters.projection_runner import ProjectionRunner, replay_states
-from ctxledger.domain import events as ev
-from ctxledger.domain.model import (
-    AgentIdentity,
-    Decision,
-    Durability,
-    Item,
-    Layer,
-    Source,
-    content_hash,
-    item_id_for,
-)
-from ctxledger.projections.context_state import ContextStates
-from ctxledger.projections.generations import Generations
+from ctxledger.adapters.clock import SteppingClock
+from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.freshness import GitWorktreeProbe
+from ctxledger.adapters.ledger import open_ledger
+from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.adapters.tokens import default_counter
+from ctxledger.domain.model import AgentIdentity, Durability, Layer, Source
+from ctxledger.domain.recall import RecallSettings
+from ctxledger.projections.audit import audit
 
-__all__ = ["run_demo", "scripted_session"]
+__all__ = ["run_demo"]
 
-SESSION = "demo-session"
 START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
+SESSION_PY = '''"""Login sessions."""
+from datetime import datetime, timedelta
 
-def _item(layer: Layer, source: Source, content: str, **kw: Any) -> Item:
-    return Item(
-        id=item_id_for(layer, source, content), layer=layer, source=source, content=content, **kw
+
+class Session:
+    def __init__(self, user: str, ttl: timedelta) -> None:
+        self.user = user
+        self.expires = datetime.utcnow() + ttl  # naive: compared with aware times below
+
+    def refresh(self, now: datetime) -> bool:
+        return now < self.expires
+'''
+
+PYTEST_FAILURE = """============================= test session starts ==============================
+collected 14 items
+
+tests/test_session.py ....F.........                                     [100%]
+
+=================================== FAILURES ===================================
+__________________________ test_refresh_expired_session ___________________________
+
+    def test_refresh_expired_session():
+        s = Session("ada", ttl=timedelta(seconds=-1))
+>       assert s.refresh(datetime.now(timezone.utc)) is False
+
+tests/test_session.py:41:
+_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _
+auth/session.py:11: in refresh
+    return now < self.expires
+E   TypeError: can't compare offset-naive and offset-aware datetimes
+
+auth/session.py:11: TypeError
+=========================== short test summary info ============================
+FAILED tests/test_session.py::test_refresh_expired_session - TypeError: can't compare offset-naive and offset-aware datetimes
+========================= 1 failed, 13 passed in 0.31s ========================="""
+
+
+def _grep_dump(n: int) -> str:
+    return "\n".join(
+        f"auth/module_{i % 17}.py:{10 + i}:    timeout = settings.get('timeout_{i}', {30 + i})"
+        for i in range(n)
     )
 
 
-def scripted_session() -> list[ev.Event]:
-    """The demo's events for one Primary agent, in order (timestamps fixed for determinism)."""
-    t = iter(START + timedelta(seconds=i) for i in range(10_000))
-    agent = AgentIdentity(
+def _prepare(root: Path) -> tuple[Path, Path, Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    ledger_path = root / "demo.db"
+    catalog_path = root / "catalog.db"
+    for p in (ledger_path, catalog_path):
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{p}{suffix}").unlink(missing_ok=True)
+    workspace = root / "demo-workspace"
+    shutil.rmtree(workspace, ignore_errors=True)
+    (workspace / "auth").mkdir(parents=True)
+    (workspace / "auth" / "session.py").write_text(SESSION_PY, encoding="utf-8")
+    return ledger_path, catalog_path, workspace.resolve()
+
+
+def run_demo(path: Path, *, console: Console, as_json: bool = False) -> dict[str, Any]:
+    """Run the scripted session into *path* (its folder also holds the catalog and a tiny
+    demo workspace); everything older there is replaced."""
+    ledger_path, catalog_path, workspace = _prepare(path.parent)
+    if path.name != "demo.db":
+        ledger_path = path
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{ledger_path}{suffix}").unlink(missing_ok=True)
+    url = f"sqlite:///{ledger_path}"
+    say = (lambda *_: None) if as_json else console.print
+    catalog = MemoryCatalog.open(catalog_path)
+    memory = ProjectMemory(
+        catalog,
+        settings=RecallSettings(enabled=True),
+        probe_for=lambda agent: GitWorktreeProbe(agent.workspace),
+    )
+    engine = ContextEngine(
+        open_ledger(url),
+        counter=default_counter(),
+        clock=SteppingClock(START, timedelta(seconds=7)),
+        settings=EngineSettings(session_id="demo"),
+        memory=memory,
+    )
+    try:
+        summary = _script(engine, workspace, say)
+        engine.checkpoint()
+        records = [(r.position, r.event) for r in engine.ledger.read_all()]
+    finally:
+        engine.close()
+        catalog.close()
+    violations = audit(records)
+    summary.update(
+        {
+            "store": url,
+            "catalog": str(catalog_path),
+            "events": len(records),
+            "audit_violations": len(violations),
+        }
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(summary, sort_keys=True) + "\n")
+        return summary
+    from ctxledger.adapters.cli_inspect import _print_view, read_states
+    from ctxledger.projections.inspector import inspect_agent
+
+    with open_ledger(url) as ledger:
+        states = read_states(ledger)
+    console.rule("inspector · primary-1 (current generation)")
+    _print_view(inspect_agent(states, "primary-1"))
+    console.rule("next")
+    console.print(f"{len(records)} events in {url} · audit: {violations or 'clean'}")
+    for cmd in (
+        f"ctxledger inspect --store {url} --agent primary-1 --generation 1",
+        f"ctxledger generations --store {url} --agent primary-1",
+        f"ctxledger diff --store {url} --agent primary-1 1 2",
+        f"ctxledger replay --store {url} --verify --json",
+        f"ctxledger audit --store {url}",
+        f"ctxledger memory list --catalog {catalog_path}",
+    ):
+        console.print(f"  .venv/bin/{cmd}")
+    return summary
+
+
+def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
+    primary = AgentIdentity(
         agent_id="primary-1",
         role="primary",
         task="fix-auth-timeout",
         model="claude-sonnet",
-        workspace="ws_demo",
-        budget=8000,
-        session_id=SESSION,
+        workspace=str(workspace),
+        budget=3000,
     )
-    objective = _item(
-        Layer.L1,
-        Source.USER_REQUIREMENT,
-        "Fix the login timeout in auth/session.py; keep the public API unchanged.",
+    worker = AgentIdentity(
+        agent_id="worker-1",
+        role="worker",
+        parent="primary-1",
+        task="investigate-session-refresh",
+        model="claude-haiku",
+        workspace=str(workspace),
+        budget=2500,
+    )
+    engine.register_agent(primary)
+    engine.register_agent(worker)
+    role_text = "You are the Primary coding agent. Plan, delegate to workers, and verify every claim with a command."
+    for agent in (primary, worker):
+        engine.record(
+            agent.agent_id,
+            role_text
+            if agent is primary
+            else "You are a Worker. Investigate and report findings with exact paths and commands.",
+            layer=Layer.L1,
+            source=Source.ROLE_INSTRUCTION,
+            durability=Durability.DURABLE,
+        )
+    objective = engine.record(
+        "primary-1",
+        "Objective: users are logged out early; fix the session refresh in auth/session.py. Acceptance: tests/test_session.py passes.",
+        layer=Layer.L1,
+        source=Source.USER_REQUIREMENT,
         pinned=True,
         mandatory=True,
         durability=Durability.DURABLE,
+        files=("auth/session.py",),
     )
-    grep = _item(
-        Layer.L0,
-        Source.TOOL_LOG,
-        "grep -rn timeout auth/ → 14 hits",
-        durability=Durability.EPHEMERAL,
+    engine.add_steering_note(
+        "primary-1", "Constraint: do not change the public API of auth.Session."
     )
-    failure = _item(
-        Layer.L1,
-        Source.TEST_RESULT,
-        "FAILED tests/test_session.py::test_refresh_expired - AssertionError",
+    say("[bold]1.[/bold] Primary records its objective, a pinned constraint and a grep dump")
+    engine.record(
+        "primary-1",
+        _grep_dump(120),
+        layer=Layer.L0,
+        source=Source.TOOL_LOG,
+        tool_signature="grep -rn timeout auth/",
+    )
+    first = engine.build("primary-1")
+    say(
+        f"   pack 1: {first.pack.budget_used}/{first.pack.budget_limit} tokens, generation {first.generation}"
+    )
+    engine.report_usage(
+        "primary-1",
+        {
+            "input_tokens": first.pack.budget_used,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 120,
+        },
+    )
+
+    say("[bold]2.[/bold] Worker investigates: a file view, a failing test, a finding")
+    engine.record(
+        "worker-1",
+        "Task from primary-1: find why sessions expire early.",
+        layer=Layer.L1,
+        source=Source.USER_REQUIREMENT,
+        pinned=True,
+        mandatory=True,
+    )
+    engine.record(
+        "worker-1",
+        SESSION_PY,
+        layer=Layer.L0,
+        source=Source.REPOSITORY_SOURCE,
+        files=("auth/session.py",),
+        symbols=("Session.refresh",),
+        group="view-session",
+    )
+    engine.build("worker-1")
+    engine.record(
+        "worker-1",
+        "$ pytest tests/test_session.py -q\n" + PYTEST_FAILURE,
+        layer=Layer.L1,
+        source=Source.TEST_RESULT,
         failure=True,
-        files=("tests/test_session.py",),
+        files=("tests/test_session.py", "auth/session.py"),
+        tool_signature="pytest tests/test_session.py",
+        group="run-tests",
     )
-    finding = _item(
-        Layer.L2,
-        Source.WORKER_FINDING,
-        "Root cause: auth/session.py:88 compares naive and aware datetimes.",
+    finding = engine.record(
+        "worker-1",
+        "Root cause: auth/session.py:8 stores a naive datetime (datetime.utcnow()) and Session.refresh compares it with an aware one. Fix: datetime.now(timezone.utc). Verify: pytest tests/test_session.py -q",
+        layer=Layer.L2,
+        source=Source.WORKER_FINDING,
         files=("auth/session.py",),
         symbols=("Session.refresh",),
     )
-    decided = {
-        objective.id: Decision(item_id=objective.id, action="included", tokens_after=18),
-        grep.id: Decision(item_id=grep.id, action="included", tokens_after=9),
-        failure.id: Decision(item_id=failure.id, action="included", tokens_after=16),
-    }
-    out: list[ev.Event] = [
-        ev.AgentRegistered(at=next(t), agent=agent),
-        ev.ItemRecorded(at=next(t), agent_id=agent.agent_id, item=objective),
-        ev.ItemRecorded(at=next(t), agent_id=agent.agent_id, item=grep),
-        ev.ItemRecorded(at=next(t), agent_id=agent.agent_id, item=failure),
-        ev.ContextBuildingStarted(
-            at=next(t), agent_id=agent.agent_id, pack_id="pack-1", session_id=SESSION
-        ),
-        ev.ContextPackBuilt(
-            at=next(t),
-            agent_id=agent.agent_id,
-            pack_id="pack-1",
-            budget_limit=8000,
-            budget_used=43,
-            decisions=tuple(decided.values()),
-            included_count=3,
-        ),
-        ev.ContextBuildingStarted(
-            at=next(t), agent_id=agent.agent_id, pack_id="pack-2", session_id=SESSION
-        ),
-        ev.ContextBuildingFailed(
-            at=next(t), agent_id=agent.agent_id, pack_id="pack-2", reason="tokenizer unavailable"
-        ),
-        ev.ContextBuildingStarted(
-            at=next(t), agent_id=agent.agent_id, pack_id="pack-3", session_id=SESSION
-        ),
-        ev.ContextBuildingInterrupted(
-            at=next(t),
-            agent_id=agent.agent_id,
-            pack_id="pack-3",
-            reason="orchestrator cancelled the turn",
-        ),
-        ev.ItemRecorded(at=next(t), agent_id=agent.agent_id, item=finding),
-        ev.TurnFailed(
-            at=next(t),
-            agent_id=agent.agent_id,
-            error_class="context_limit",
-            provider="anthropic",
-            code="invalid_request_error",
-            message="prompt is too long: 210000 tokens > 200000 maximum",
-        ),
-        ev.GenerationRefreshed(
-            at=next(t),
-            agent_id=agent.agent_id,
-            kind="refresh",
-            from_generation=1,
-            to_generation=2,
-            reason="context-limit error from anthropic",
-            trigger="context_limit",
-            budget=8000,
-            carried=(objective.id, failure.id, finding.id),
-            dropped=(grep.id,),
-        ),
-        ev.ContextBuildingStarted(
-            at=next(t), agent_id=agent.agent_id, pack_id="pack-4", session_id=SESSION, generation=2
-        ),
-        ev.ContextPackBuilt(
-            at=next(t),
-            agent_id=agent.agent_id,
-            pack_id="pack-4",
-            generation=2,
-            budget_limit=8000,
-            budget_used=52,
-            decisions=(
-                decided[objective.id],
-                decided[failure.id],
-                Decision(item_id=finding.id, action="included", tokens_after=18),
-            ),
-            included_count=3,
-        ),
-        ev.MemoryPromoted(
-            at=next(t),
-            memory_id="mem_" + content_hash(finding.content)[:16],
-            item_id=finding.id,
-            agent_id=agent.agent_id,
-            body_hash=content_hash(finding.content),
-            partition="ws_demo",
-        ),
-    ]
-    return out
+    worker_pack = engine.build("worker-1")
+    say(
+        f"   worker pack: {worker_pack.pack.budget_used} tokens; decisions {len(worker_pack.pack.decisions)}"
+    )
 
+    say(
+        "[bold]3.[/bold] The worker's transcript is compressed into a parent report for the Primary"
+    )
+    report = engine.report_to_parent("worker-1")
+    say(f"   parent report: {report.token_count} tokens")
+    second = engine.build("primary-1")
+    engine.report_usage(
+        "primary-1",
+        {
+            "input_tokens": 40,
+            "cache_read_input_tokens": max(0, second.pack.budget_used - 40),
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 80,
+        },
+    )
 
-def run_demo(path: Path, *, console: Console, as_json: bool = False) -> dict[str, Any]:
-    """Write the scripted session to *path* (replacing an older demo ledger) and show it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    url = f"sqlite:///{path}"
-    events = scripted_session()
-    with open_ledger(url) as ledger:
-        runner = ProjectionRunner(ledger)
-        stream = stream_id_for(SESSION, "primary-1")
-        version = 0
-        for event in events:
-            for rec in ledger.append(stream, [event], expected_version=version):
-                runner.apply(rec.position, rec.event)
-                version = rec.version
-            runner.save()
-        states, count, _ = replay_states(ledger)
-    ctx: ContextStates = states["context_state"]
-    gens: Generations = states["generations"]
-    summary = {
-        "store": url,
-        "events": count,
-        "context_state": {
-            a: {
-                "built_pack_ids": list(s.built_pack_ids),
-                "building_in_progress": s.building_in_progress,
-                "interrupted": s.interrupted,
-            }
-            for a, s in ctx.by_agent.items()
-        },
-        "generations": {
-            a: [
-                {
-                    "number": g.number,
-                    "kind": g.kind,
-                    "reason": g.reason,
-                    "builds": g.builds,
-                    "tokens_used": g.tokens_used,
-                    "budget": g.budget,
-                    "included": len(g.included),
-                }
-                for g in ag.generations
-            ]
-            for a, ag in gens.by_agent.items()
-        },
-    }
-    if as_json:
-        sys.stdout.write(json.dumps(summary, sort_keys=True) + "\n")
-        return summary
-    console.print(f"[bold]ctxledger demo[/bold] · {count} events written to {url}")
-    table = Table(title="ContextState (rebuilt by replay)")
-    for col in ("agent", "built packs", "building", "interrupted"):
-        table.add_column(col)
-    for a, s in ctx.by_agent.items():
-        table.add_row(
-            a, ", ".join(s.built_pack_ids), str(s.building_in_progress), str(s.interrupted)
+    say("[bold]4.[/bold] More tool output, then the model rejects the prompt: context-limit error")
+    for i in range(3):
+        engine.record(
+            "primary-1",
+            f"$ cat auth/module_{i}.py\n" + _grep_dump(40),
+            layer=Layer.L0,
+            source=Source.REPOSITORY_SOURCE,
+            files=(f"auth/module_{i}.py",),
+            tool_signature=f"cat auth/module_{i}.py",
         )
-    console.print(table)
-    gtable = Table(title="Generations (rebuilt by replay)")
-    for col in ("agent", "gen", "kind", "reason", "builds", "tokens/budget", "included"):
-        gtable.add_column(col)
-    for a, ag in gens.by_agent.items():
-        for g in ag.generations:
-            gtable.add_row(
-                a,
-                str(g.number),
-                g.kind,
-                g.reason or "—",
-                str(g.builds),
-                f"{g.tokens_used}/{g.budget}",
-                str(len(g.included)),
-            )
-    console.print(gtable)
-    console.print(f"next: ctxledger replay --store {url} --verify --json")
-    return summary
+        engine.build("primary-1")
+    outcome = engine.on_turn_error(
+        "primary-1",
+        {
+            "type": "error",
+            "error": {
+                "type": "invalid_request_error",
+                "message": "prompt is too long: 210431 tokens > 200000 maximum",
+            },
+        },
+    )
+    say(f"   [green]{outcome.message}[/green]")
+
+    say("[bold]5.[/bold] The finding is promoted to project memory, verified, and recalled")
+    memory_id = engine.promote("worker-1", finding.id)
+    engine.verify_memory(memory_id, by="primary-1")
+    recalled = engine.build("primary-1", latest_user_input="Apply the fix and run the tests.")
+    say(
+        f"   recalled into the next prompt: {memory_id}"
+        if memory_id in recalled.prompt.text
+        else "   (recall group empty)"
+    )
+    engine.report_usage(
+        "primary-1",
+        {
+            "input_tokens": 60,
+            "cache_read_input_tokens": max(0, recalled.pack.budget_used - 60),
+            "cache_creation_input_tokens": 0,
+            "output_tokens": 90,
+        },
+    )
+    return {
+        "objective_id": objective.id,
+        "refresh_message": outcome.message,
+        "memory_id": memory_id,
+        "recalled": memory_id in recalled.prompt.text,
+        "generations": {a: engine.agent(a).current.number for a in ("primary-1", "worker-1")},
+        "final_pack": msgspec.to_builtins(
+            {"tokens": recalled.pack.budget_used, "budget": recalled.pack.budget_limit}
+        ),
+    }

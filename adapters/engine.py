@@ -8,6 +8,7 @@ that replay rebuilds exactly.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -16,9 +17,11 @@ import msgspec
 
 from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.ledger import Ledger, open_ledger, stream_id_for
+from ctxledger.adapters.project_memory import ProjectMemory, memory_stream
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
+from ctxledger.domain.compression import compress_report
 from ctxledger.domain.errors import (
     ConflictError,
     InvalidInputError,
@@ -47,12 +50,14 @@ from ctxledger.domain.model import (
 from ctxledger.domain.ports import Clock, TokenCounter
 from ctxledger.domain.prefix import changed_segment, lcp_bytes
 from ctxledger.domain.prompt import PromptParts, compose
+from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.render import to_anthropic, to_openai
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.strategies import get_strategy
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
 from ctxledger.projections.generations import AgentGenerations, Generations
+from ctxledger.projections.inspector import InspectorState
 from ctxledger.projections.pool import AgentPool, Pool, verified_form
 
 __all__ = [
@@ -129,8 +134,10 @@ class ContextEngine:
         counter: TokenCounter | None = None,
         clock: Clock | None = None,
         settings: EngineSettings | None = None,
+        memory: ProjectMemory | None = None,
     ) -> None:
         self.ledger = ledger
+        self.memory = memory
         self.counter = counter or default_counter()
         self.clock = clock or SystemClock()
         self.settings = settings or EngineSettings()
@@ -365,25 +372,72 @@ class ContextEngine:
             ],
         )
 
-    def promote(self, agent_id: str, item_id: str, *, partition: str = "") -> str:
-        """Promote an item to a project-memory candidate (verified stays false)."""
+    def promote(self, agent_id: str, item_id: str) -> str:
+        """Promote an item to a project-memory candidate (verified stays false until an
+        explicit ``verify_memory``); the body goes to the catalog, the ledger gets its hash."""
+        memory = self._require_memory()
+        ag = self.agent(agent_id)
         item = self._known_item(agent_id, item_id)
-        body_hash = content_hash(item.content)
-        memory_id = "mem_" + content_hash(f"{partition}\x1f{body_hash}")[:24]
-        self._append(
-            agent_id,
-            lambda: [
-                ev.MemoryPromoted(
-                    at=self._now(),
-                    memory_id=memory_id,
-                    item_id=item_id,
-                    agent_id=agent_id,
-                    body_hash=body_hash,
-                    partition=partition,
-                )
-            ],
-        )
+        partition = memory.partition(ag.agent)
+        memory_id = "mem_" + content_hash(f"{partition}\x1f{item.content}")[:24]
+        _, event = memory.promote(ag.agent, item, now=self._now(), memory_id=memory_id)
+        self._append_stream(memory_stream(partition), lambda: [event])
         return memory_id
+
+    def verify_memory(self, memory_id: str, *, by: str = "") -> None:
+        """Explicit verification of one memory entry (the only way it becomes verified)."""
+        memory = self._require_memory()
+        event = memory.verify(memory_id, now=self._now(), by=by)
+        self._append_stream(memory_stream(memory.catalog.get(memory_id).partition), lambda: [event])
+
+    def retire_memory(self, memory_id: str, *, reason: str = "") -> None:
+        memory = self._require_memory()
+        event = memory.retire(memory_id, now=self._now(), reason=reason)
+        self._append_stream(memory_stream(memory.catalog.get(memory_id).partition), lambda: [event])
+
+    def delete_memory(self, memory_id: str) -> ev.MemoryDeleted:
+        """Erase a memory body under the erasure policy; the event carries the report."""
+        memory = self._require_memory()
+        partition = memory.catalog.get(memory_id).partition
+        event = memory.delete(memory_id, now=self._now())
+        self._append_stream(memory_stream(partition), lambda: [event])
+        return event
+
+    def report_to_parent(self, worker_id: str) -> Item:
+        """Compress a worker's transcript into a parent report and record it in the parent's
+        pool: the Primary sees the report, never the raw transcript."""
+        worker = self.agent(worker_id).agent
+        if not worker.parent:
+            raise InvalidInputError(f"agent {worker_id!r} has no parent to report to")
+        self.agent(worker.parent)
+        report = compress_report(
+            self.pool(worker_id).candidates(),
+            agent=worker_id,
+            task=worker.task,
+            observed_at=self._now(),
+        )
+        report = msgspec.structs.replace(report, token_count=self.counter.count(report.content))
+        self._append(
+            worker.parent,
+            lambda: [ev.ItemRecorded(at=self._now(), agent_id=worker.parent, item=report)],
+        )
+        return report
+
+    def _require_memory(self) -> ProjectMemory:
+        if self.memory is None:
+            raise InvalidInputError("no project-memory catalog is configured for this engine")
+        return self.memory
+
+    def _append_stream(self, stream: str, make: Callable[[], list[ev.Event]]) -> None:
+        def attempt() -> None:
+            events = make()
+            version = self.ledger.stream_version(stream)
+            self.ledger.append(stream, events, expected_version=version)
+            self.runner.catch_up()
+
+        retry_on_conflict(
+            attempt, attempts=self.settings.conflict_retries, on_conflict=self.runner.catch_up
+        )
 
     # --- building -------------------------------------------------------------------------------
 
@@ -392,6 +446,22 @@ class ContextEngine:
         """The smallest budget a context-limit refresh learned for this agent (0: none)."""
         caps = [g.budget for g in ag.generations if g.kind == "refresh" and g.budget]
         return min(caps) if caps else 0
+
+    def _recall_group(self, agent_id: str, now: datetime) -> RecallGroup | None:
+        """This prompt's recalled-memory group (None: nothing to record). With recall off, an
+        empty group is recorded once to remove a group an earlier prompt carried."""
+        ag = self.agent(agent_id)
+        if self.memory is None or not self.memory.settings.enabled:
+            inspector: InspectorState = self.states["inspector"]
+            previous = inspector.by_agent.get(agent_id)
+            if previous is not None and previous.recall is not None and previous.recall.memory_ids:
+                return RecallGroup()
+            return None
+        group, stale = self.memory.recall_for(ag.agent, counter=self.counter, now=now)
+        for stale_event in stale:
+            partition = self.memory.catalog.get(stale_event.memory_id).partition
+            self._append_stream(memory_stream(partition), functools.partial(list, [stale_event]))
+        return group
 
     def _emitted_context(self, agent_id: str) -> EmittedContext | None:
         gen = self.agent(agent_id).current
@@ -481,6 +551,7 @@ class ContextEngine:
         rt = self._rt(agent_id)
         holder: dict[str, BuildResult] = {}
         holder_expected: dict[str, int] = {}
+        group = self._recall_group(agent_id, request.now)
 
         def make() -> list[ev.Event]:
             ag = self.agent(agent_id)
@@ -548,10 +619,23 @@ class ContextEngine:
             static_ids = None
             if plan.kind == "append" and ctx is not None:
                 static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
+            if group is not None:
+                events.append(
+                    ev.RecallRendered(
+                        at=now,
+                        agent_id=agent_id,
+                        pack_id=pack_id,
+                        memory_ids=group.memory_ids,
+                        skipped=dict(group.skipped),
+                        tokens=group.tokens,
+                        bytes=group.bytes,
+                    )
+                )
             prompt = compose(
                 result.items,
                 emitted_order=plan.emitted_order,
                 static_ids=static_ids,
+                recall=group.text if group is not None else "",
                 status=(
                     f"Generation {number} · {result.used}/{request.budget} tokens"
                     f" · strategy {request.strategy}"

@@ -26,7 +26,8 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_demo_then_replay_verify_is_equal(tmp_path: Path) -> None:
     demo = run("demo", "--path", ".ctxledger/demo.db", cwd=tmp_path)
     assert demo.returncode == 0, demo.stderr
-    assert "ContextState" in demo.stdout
+    assert "Context refreshed · Generation" in demo.stdout
+    assert "audit: clean" in demo.stdout
     out = run(
         "replay", "--store", "sqlite:///.ctxledger/demo.db", "--verify", "--json", cwd=tmp_path
     )

@@ -1,0 +1,183 @@
+"""`ctxledger memory …`: list, show, verify, retire, delete and import-legacy on a catalog."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.domain.errors import InvalidInputError
+from ctxledger.domain.memory import MEMORY_STATES, MemoryEntry
+
+__all__ = ["memory_app"]
+
+memory_app = typer.Typer(no_args_is_help=True, help="Project memory catalog (guarded, erasable).")
+console = Console()
+
+CatalogOpt = Annotated[Path, typer.Option("--catalog", help="Path of the catalog SQLite file.")]
+StoreOpt = Annotated[
+    str, typer.Option("--store", help="Also record the change as an event in this ledger.")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
+IdArg = Annotated[str, typer.Argument(metavar="MEMORY_ID")]
+
+
+def _json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(msgspec.to_builtins(obj), sort_keys=True) + "\n")
+
+
+def _open(catalog: Path, *, create: bool = False) -> MemoryCatalog:
+    if not create and not catalog.is_file():
+        raise InvalidInputError(f"{catalog}: no such catalog file")
+    return MemoryCatalog.open(catalog)
+
+
+@contextmanager
+def _engine(store: str, catalog: MemoryCatalog) -> Iterator[ContextEngine]:
+    engine = ContextEngine.open(store, memory=ProjectMemory(catalog))
+    try:
+        yield engine
+    finally:
+        engine.close()
+
+
+def _summary(e: MemoryEntry) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "state": e.state,
+        "verified": e.verified,
+        "revision": e.revision,
+        "partition": e.partition,
+        "source": e.source,
+        "agent": e.agent,
+        "observed_at": e.observed_at.isoformat(),
+        "evidence_files": [f.path for f in e.evidence.files],
+    }
+
+
+@memory_app.command("list")
+def list_entries(
+    catalog: CatalogOpt,
+    state: Annotated[str, typer.Option("--state", help="Only this state.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Every entry with its state (bodies are shown by `show` only)."""
+    if state and state not in MEMORY_STATES:
+        raise InvalidInputError(f"unknown state {state!r}; use one of {', '.join(MEMORY_STATES)}")
+    with _open(catalog) as cat:
+        entries = cat.list(states=(state,) if state else None)
+    if as_json:
+        _json({"entries": [_summary(e) for e in entries]})
+        return
+    t = Table(title=f"memory · {catalog}")
+    for col in ("id", "state", "rev", "source", "agent", "observed", "evidence"):
+        t.add_column(col, overflow="fold")
+    for e in entries:
+        t.add_row(
+            e.id,
+            e.state,
+            str(e.revision),
+            e.source,
+            e.agent,
+            e.observed_at.date().isoformat(),
+            ", ".join(f.path for f in e.evidence.files[:3]),
+        )
+    console.print(t)
+
+
+@memory_app.command()
+def show(catalog: CatalogOpt, memory_id: IdArg, as_json: JsonOpt = False) -> None:
+    """One entry, body included."""
+    with _open(catalog) as cat:
+        entry = cat.get(memory_id)
+    if as_json:
+        _json({**_summary(entry), "body": entry.body})
+        return
+    for k, v in _summary(entry).items():
+        console.print(f"[bold]{k}[/bold]: {v}")
+    console.print(entry.body, markup=False, highlight=False)
+
+
+def _change(catalog: Path, store: str, memory_id: str, action: str, as_json: JsonOpt) -> None:
+    with _open(catalog) as cat:
+        if store:
+            with _engine(store, cat) as engine:
+                if action == "verify":
+                    engine.verify_memory(memory_id, by="cli")
+                elif action == "retire":
+                    engine.retire_memory(memory_id, reason="cli")
+                else:
+                    engine.delete_memory(memory_id)
+        else:
+            entry = cat.get(memory_id)
+            if action == "verify":
+                cat.verify(memory_id, entry.revision)
+            elif action == "retire":
+                cat.retire(memory_id, entry.revision)
+            else:
+                cat.delete(memory_id, entry.revision)
+        after = cat.get(memory_id)
+        report = cat.last_erasure if action == "delete" else None
+    result: dict[str, Any] = {"id": memory_id, "state": after.state, "revision": after.revision}
+    if report is not None:
+        result["erasure"] = msgspec.to_builtins(report)
+    if as_json:
+        _json(result)
+    else:
+        console.print(f"{memory_id}: {after.state} (revision {after.revision})")
+        if report is not None and report.checkpoint_blocked:
+            console.print("warning: a reader blocked the WAL checkpoint; run again when idle")
+
+
+@memory_app.command()
+def verify(
+    catalog: CatalogOpt, memory_id: IdArg, store: StoreOpt = "", as_json: JsonOpt = False
+) -> None:
+    """Explicitly verify an entry (the only way an entry becomes verified)."""
+    _change(catalog, store, memory_id, "verify", as_json)
+
+
+@memory_app.command()
+def retire(
+    catalog: CatalogOpt, memory_id: IdArg, store: StoreOpt = "", as_json: JsonOpt = False
+) -> None:
+    """Retire an entry: it is no longer recalled."""
+    _change(catalog, store, memory_id, "retire", as_json)
+
+
+@memory_app.command()
+def delete(
+    catalog: CatalogOpt, memory_id: IdArg, store: StoreOpt = "", as_json: JsonOpt = False
+) -> None:
+    """Erase an entry's body under the erasure policy (see docs/memory.md)."""
+    _change(catalog, store, memory_id, "delete", as_json)
+
+
+@memory_app.command("import-legacy")
+def import_legacy(
+    catalog: CatalogOpt,
+    legacy: Annotated[Path, typer.Argument(metavar="LEGACY_DB", help="An older catalog file.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Import an older catalog's memory rows through the intake, in one transaction."""
+    if not legacy.is_file():
+        raise InvalidInputError(f"{legacy}: no such file")
+    with _open(catalog, create=True) as cat:
+        report = cat.import_legacy(legacy)
+    if as_json:
+        _json(report)
+    else:
+        console.print(f"imported {report.imported}, dropped {report.dropped}")
+        for reason, n in sorted(report.reasons.items()):
+            console.print(f"  {reason}: {n}")

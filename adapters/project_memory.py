@@ -1,0 +1,132 @@
+"""Project memory for the engine: promotion into the guarded catalog, explicit verification,
+retirement, erasure, and fresh verified recall into each prompt (bodies never enter the ledger)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from datetime import datetime
+
+from ctxledger.adapters.freshness import GitWorktreeProbe
+from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.domain import events as ev
+from ctxledger.domain.errors import InvalidInputError
+from ctxledger.domain.memory import Evidence, FileEvidence, MemoryEntry
+from ctxledger.domain.model import AgentIdentity, Item, content_hash
+from ctxledger.domain.ports import FreshnessProbe, TokenCounter
+from ctxledger.domain.recall import RecallGroup, RecallSettings, recall
+
+__all__ = ["ProjectMemory", "memory_stream"]
+
+
+def memory_stream(partition: str) -> str:
+    """The ledger stream of one workspace partition's memory events."""
+    return f"memory/{partition}"
+
+
+def _git_probe(agent: AgentIdentity) -> FreshnessProbe:
+    return GitWorktreeProbe(agent.workspace)
+
+
+@dataclasses.dataclass
+class ProjectMemory:
+    """The catalog plus the recall policy; the engine appends the events this returns."""
+
+    catalog: MemoryCatalog
+    settings: RecallSettings = dataclasses.field(
+        default_factory=lambda: RecallSettings(enabled=True)
+    )
+    probe_for: Callable[[AgentIdentity], FreshnessProbe] = _git_probe
+
+    def partition(self, agent: AgentIdentity) -> str:
+        if not agent.workspace:
+            raise InvalidInputError(
+                f"agent {agent.agent_id!r} has no workspace; project memory needs one"
+            )
+        return self.catalog.partition_for(agent.workspace)
+
+    def promote(
+        self, agent: AgentIdentity, item: Item, *, now: datetime, memory_id: str
+    ) -> tuple[MemoryEntry, ev.MemoryPromoted]:
+        """Store the item as an unverified candidate (intake checks it) and the event for it."""
+        partition = self.partition(agent)
+        probe = self.probe_for(agent)
+        files = []
+        for path in item.files[:20]:
+            digest = probe.file_hash(path)
+            if digest is not None:
+                files.append(FileEvidence(path=path, sha256=digest))
+        entry = self.catalog.add_candidate(
+            partition=partition,
+            body=item.content,
+            source=item.source.value,
+            agent=agent.agent_id,
+            task=item.task or agent.task,
+            observed_at=item.observed_at or now,
+            evidence=Evidence(files=tuple(files)),
+            memory_id=memory_id,
+        )
+        event = ev.MemoryPromoted(
+            at=now,
+            memory_id=entry.id,
+            item_id=item.id,
+            agent_id=agent.agent_id,
+            body_hash=content_hash(entry.body),
+            partition=partition,
+        )
+        return entry, event
+
+    def verify(self, memory_id: str, *, now: datetime, by: str = "") -> ev.MemoryVerified:
+        entry = self.catalog.get(memory_id)
+        done = self.catalog.verify(memory_id, entry.revision)
+        return ev.MemoryVerified(
+            at=now, memory_id=memory_id, body_hash=content_hash(done.body), by=by
+        )
+
+    def retire(self, memory_id: str, *, now: datetime, reason: str = "") -> ev.MemoryRetired:
+        entry = self.catalog.get(memory_id)
+        self.catalog.retire(memory_id, entry.revision)
+        return ev.MemoryRetired(at=now, memory_id=memory_id, reason=reason)
+
+    def delete(self, memory_id: str, *, now: datetime) -> ev.MemoryDeleted:
+        entry = self.catalog.get(memory_id)
+        report = self.catalog.delete(memory_id, entry.revision)
+        erasure = json.dumps(
+            {
+                "vacuumed": report.vacuumed,
+                "checkpoint_blocked": report.checkpoint_blocked,
+                "wal_bytes_after": report.wal_bytes_after,
+            },
+            sort_keys=True,
+        )
+        return ev.MemoryDeleted(at=now, memory_id=memory_id, erasure=erasure)
+
+    def recall_for(
+        self, agent: AgentIdentity, *, counter: TokenCounter, now: datetime
+    ) -> tuple[RecallGroup, list[ev.MemoryMarkedStale]]:
+        """The recalled group for one prompt, and staleness events for entries whose command
+        evidence is too old for every view (those are marked stale in the catalog too)."""
+        if not self.settings.enabled or not agent.workspace:
+            return RecallGroup(), []
+        partition = self.partition(agent)
+        entries = self.catalog.recall_candidates(partition, limit=16)
+        group = recall(
+            entries,
+            role=agent.role,
+            settings=self.settings,
+            probe=self.probe_for(agent),
+            counter=counter,
+            now=now,
+        )
+        stale: list[ev.MemoryMarkedStale] = []
+        for memory_id in group.stale_everywhere:
+            entry = self.catalog.get(memory_id)
+            if entry.state == "verified":
+                self.catalog.mark_stale(memory_id, entry.revision)
+                stale.append(
+                    ev.MemoryMarkedStale(
+                        at=now, memory_id=memory_id, reason="evidence older than 30 days"
+                    )
+                )
+        return group, stale
