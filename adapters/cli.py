@@ -114,6 +114,8 @@ app.command()(cli_inspect.diff)
 app.command()(cli_inspect.audit)
 app.add_typer(memory_app, name="memory")
 app.command()(__import__("ctxledger.adapters.cli_serve", fromlist=["serve"]).serve)
+app.command()(__import__("ctxledger.adapters.cli_simulate", fromlist=["x"]).simulate)
+app.command()(__import__("ctxledger.adapters.cli_simulate", fromlist=["x"]).compare)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -751,6 +751,12 @@ class ContextEngine:
         self._append(agent_id, lambda: [event])
         return event
 
+    def turn_succeeded(self, agent_id: str) -> None:
+        """The last model call went through but there is no provider usage to report (e.g. a
+        simulated run): ends the turn's refresh bound, as ``report_usage`` does."""
+        self.agent(agent_id)
+        self._rt(agent_id).refresh_attempts = 0
+
     # --- errors and refresh ---------------------------------------------------------------------
 
     def on_turn_error(

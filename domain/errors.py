@@ -19,6 +19,7 @@ __all__ = [
     "ProtectedTableError",
     "RefreshExhaustedError",
     "StoreURLError",
+    "TrajectoryFormatError",
     "UnknownAgentError",
     "UnknownEventTypeError",
     "UnknownGenerationError",
@@ -69,6 +70,12 @@ class UnknownEventTypeError(DecodeError):
 
 class FutureSchemaError(DecodeError):
     """A stored payload written by a newer schema version than this code knows."""
+
+
+class TrajectoryFormatError(InvalidInputError):
+    """A trajectory file that is unreadable, malformed or of no known format.
+
+    The message names the file and what was expected; nothing was imported."""
 
 
 class UnknownStrategyError(InvalidInputError):

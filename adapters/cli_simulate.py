@@ -1,0 +1,207 @@
+"""``ctxledger simulate`` and ``ctxledger compare``: replay recorded agent runs through the engine."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from ctxledger.adapters.simulate import SimulationReport
+from ctxledger.adapters.simulate import compare as run_compare
+from ctxledger.adapters.simulate import simulate as run_simulate
+
+__all__ = ["COMPARE_LEGEND", "compare", "compare_table", "simulate"]
+
+PathArg = Annotated[
+    Path, typer.Argument(help="Trajectory file (.traj, .traj.json, OpenHands JSON).")
+]
+FormatOpt = Annotated[
+    str,
+    typer.Option("--format", help="auto, swe-agent, mini-swe-agent or openhands."),
+]
+WindowOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--window",
+        help="Model window in tokens: a larger prompt fails with a context-limit error.",
+    ),
+]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option("--store", help="Ledger URL (default: a new temporary SQLite file)."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
+
+_WIDE = 170
+
+
+def _write_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _progress_wanted() -> bool:
+    return sys.stderr.isatty()
+
+
+def simulate(
+    path: PathArg,
+    *,
+    format: FormatOpt = "auto",
+    budget: Annotated[int, typer.Option("--budget", help="Token budget of every prompt.")] = 8000,
+    window: WindowOpt = None,
+    strategy: Annotated[
+        str, typer.Option("--strategy", help="Packing strategy (see `ctxledger compare`).")
+    ] = "variable",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay a recorded agent run turn by turn through one engine and measure its prompts."""
+    report = run_simulate(
+        path,
+        format=format,
+        budget=budget,
+        window=window,
+        strategy=strategy,
+        store_url=store,
+        progress=_progress_wanted(),
+    )
+    if as_json:
+        _write_json(report.to_dict())
+        return
+    console = Console()
+    table = Table(title=f"simulate · {report.format} · {Path(report.trajectory).name}")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    for key, value in _human_rows(report):
+        table.add_row(key, value)
+    console.print(table)
+    console.print(f"store: {report.store}", soft_wrap=True)
+    console.print(f"next: ctxledger replay --store {report.store} --verify", soft_wrap=True)
+
+
+def _human_rows(r: SimulationReport) -> list[tuple[str, str]]:
+    t = r.prompt_tokens
+    return [
+        ("strategy", r.strategy),
+        ("budget / window", f"{r.budget} / {r.window if r.window else '—'}"),
+        ("tokenizer", r.tokenizer),
+        ("steps / prompts / rejected", f"{r.steps} / {r.prompts} / {r.rejected_prompts}"),
+        ("generations (refresh, rebuild)", f"{r.generations} ({r.refreshes}, {r.rebuilds})"),
+        ("prompt tokens max / mean / p95", f"{t.max} / {t.mean:.0f} / {t.p95}"),
+        ("over-budget prompts", str(r.over_budget_prompts)),
+        ("overflow prompts", str(r.overflow_prompts)),
+        ("pinned dropped", str(r.pinned_dropped)),
+        ("objective present", _pct(r.objective_present)),
+        ("latest observation present", _pct(r.latest_observation_present)),
+        ("recent failures present", _pct(r.recent_failures_present)),
+        ("prefix reuse (limit)", f"{_pct(r.prefix_reuse)} ({_pct(r.prefix_reuse_limit)})"),
+        ("prefix reuse within generation", _pct(r.prefix_reuse_within_generation)),
+        ("static prefix changes", str(r.static_prefix_changes)),
+        ("expected cached tokens", str(r.expected_cached_tokens)),
+        ("events", str(r.events)),
+    ]
+
+
+def compare(
+    path: PathArg,
+    *,
+    budget: Annotated[int, typer.Option("--budget", help="Token budget of every prompt.")],
+    strategies: Annotated[
+        str, typer.Option("--strategies", help="Comma-separated strategy names.")
+    ],
+    window: WindowOpt = None,
+    format: FormatOpt = "auto",
+    store: StoreOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """The same recorded run through several strategies: one row per strategy."""
+    reports = run_compare(
+        path,
+        budget,
+        window,
+        strategies.split(","),
+        format=format,
+        store_url=store,
+        progress=_progress_wanted(),
+    )
+    first = reports[0]
+    if as_json:
+        _write_json(
+            {
+                "trajectory": first.trajectory,
+                "format": first.format,
+                "steps": first.steps,
+                "budget": budget,
+                "window": window,
+                "store": first.store,
+                "rows": [r.to_dict() for r in reports],
+            }
+        )
+        return
+    console = Console(width=max(Console().width, _WIDE))
+    console.print(compare_table(reports))
+    console.print(COMPARE_LEGEND, soft_wrap=True)
+    console.print(f"store: {first.store}", soft_wrap=True)
+
+
+COMPARE_LEGEND = (
+    "gens: generations (refreshes/rebuilds) · tok: prompt tokens · over: over-budget prompts · "
+    "ovfl: overflow prompts · pin-drop: pinned dropped · objective/latest/fails: objective, "
+    "latest observation, recent failures present · reuse/limit/in-gen: prefix reuse, its "
+    "append-only limit, within generations · static: static prefix changes · cached: expected "
+    "cached tokens"
+)
+
+
+def compare_table(reports: Sequence[SimulationReport]) -> Table:
+    """The human table of ``compare``: one row per strategy."""
+    first = reports[0]
+    window = f" · window {first.window}" if first.window else ""
+    table = Table(
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        title=(
+            f"compare · {first.format} · {Path(first.trajectory).name} · "
+            f"{first.steps} steps · budget {first.budget}{window}"
+        ),
+    )
+    columns = (
+        "strategy", "gens(rf/rb)", "tok max/mean/p95", "over", "ovfl", "pin-drop", "objective",
+        "latest", "fails", "reuse", "limit", "in-gen", "static", "cached", "events",
+    )  # fmt: skip
+    rows = [
+        (
+            r.strategy,
+            f"{r.generations} ({r.refreshes}/{r.rebuilds})",
+            f"{r.prompt_tokens.max}/{r.prompt_tokens.mean:.0f}/{r.prompt_tokens.p95}",
+            str(r.over_budget_prompts),
+            str(r.overflow_prompts),
+            str(r.pinned_dropped),
+            _pct(r.objective_present),
+            _pct(r.latest_observation_present),
+            _pct(r.recent_failures_present),
+            _pct(r.prefix_reuse),
+            _pct(r.prefix_reuse_limit),
+            _pct(r.prefix_reuse_within_generation),
+            str(r.static_prefix_changes),
+            str(r.expected_cached_tokens),
+            str(r.events),
+        )
+        for r in reports
+    ]
+    for n, col in enumerate(columns):
+        table.add_column(col, justify="left" if n == 0 else "right", no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
+    return table

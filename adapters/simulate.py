@@ -1,0 +1,499 @@
+"""Replay a recorded agent run turn by turn through one ContextEngine and measure the prompts.
+
+For every model call of the trajectory the simulator builds the agent's next pack, composes
+and renders it, and — when a window is given and the prompt is larger — fails the turn with
+an Anthropic-shaped context-limit error so that the engine refreshes and the turn is retried.
+Then it records what the call produced (the step's action and observation). Every event goes
+to the store. The clock follows the trajectory's timestamps (or a fixed start plus one minute
+per step), so two runs of the same file write the same events. Metric definitions:
+docs/trajectories.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from ctxledger.adapters.engine import BuildResult, ContextEngine, EngineSettings
+from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
+from ctxledger.adapters.importers.items import (
+    StepItems,
+    factory,
+    objective_item,
+    role_items,
+    step_items,
+)
+from ctxledger.domain.errors import BudgetError, InvalidInputError
+from ctxledger.domain.model import AgentIdentity, Item
+from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.prefix import lcp_bytes
+from ctxledger.domain.prompt import render_item
+from ctxledger.domain.strategies import get_strategy, strategy_names
+
+__all__ = [
+    "FIXED_START",
+    "PromptHook",
+    "PromptTokens",
+    "RecordedTotals",
+    "SimulationReport",
+    "StepClock",
+    "compare",
+    "context_limit_error",
+    "simulate",
+    "simulate_trajectory",
+]
+
+FIXED_START = datetime(2025, 1, 1, tzinfo=UTC)
+"""Start of the simulated clock when the trajectory has no timestamps."""
+_STEP = timedelta(minutes=1)
+_HINT_STEPS = 3  # steps whose files/failures hint the next build; and "recent" failures
+_HINT_FILES = 12
+_FAILURE_HINT_CHARS = 300
+_SIM_ROLE = "worker"
+RESERVE_FLOOR = 64
+"""Tokens always kept free of items for the status line and block separators."""
+RESERVE_GROWTH = 1.25
+"""Margin on the rendering overhead measured on the previous prompt (new items add headers)."""
+
+Provider = Literal["anthropic", "openai"]
+ProgressFn = Callable[[int, int], None]
+PromptHook = Callable[[int, BuildResult, int], None]
+"""Called with (step index, the accepted build, its prompt tokens) for every accepted prompt."""
+
+
+class StepClock:
+    """A settable, timezone-aware clock (the simulator moves it step by step)."""
+
+    def __init__(self, start: datetime) -> None:
+        if start.tzinfo is None:
+            raise InvalidInputError("the simulated clock needs a timezone-aware start")
+        self._now = start
+
+    def now(self) -> datetime:
+        return self._now
+
+    def set(self, at: datetime) -> None:
+        self._now = at
+
+
+class PromptTokens(msgspec.Struct, frozen=True, kw_only=True):
+    """Token counts of the accepted prompts: maximum, mean, 95th percentile (nearest rank)."""
+
+    max: int
+    mean: float
+    p95: int
+
+
+class RecordedTotals(msgspec.Struct, frozen=True, kw_only=True):
+    """The original run's own provider usage, summed over the calls that recorded it."""
+
+    calls: int
+    prompt_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    hit_rate: float
+
+
+class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What one simulated run measured (definitions in docs/trajectories.md)."""
+
+    trajectory: str
+    format: str
+    steps: int
+    prompts: int
+    rejected_prompts: int
+    strategy: str
+    budget: int
+    window: int | None
+    tokenizer: str
+    generations: int
+    refreshes: int
+    rebuilds: int
+    prompt_tokens: PromptTokens
+    over_budget_prompts: int
+    overflow_prompts: int
+    pinned_dropped: int
+    objective_present: float
+    latest_observation_present: float | None
+    recent_failures_present: float | None
+    prefix_reuse: float
+    prefix_reuse_limit: float
+    prefix_reuse_within_generation: float
+    static_prefix_changes: int
+    expected_cached_tokens: int
+    events: int
+    store: str
+    agent: str
+    provider: str
+    render_reserve_max: int
+    recorded_usage: RecordedTotals | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready builtins."""
+        out: dict[str, Any] = msgspec.to_builtins(self)
+        return out
+
+
+def context_limit_error(prompt_tokens: int, window: int) -> dict[str, Any]:
+    """The Anthropic Messages error body for a prompt larger than the window."""
+    return {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": f"prompt is too long: {prompt_tokens} tokens > {window} maximum",
+        },
+    }
+
+
+def _provider_for(traj: Trajectory) -> Provider:
+    model = traj.model.lower()
+    if "claude" in model or any(s.usage and s.usage.provider == "anthropic" for s in traj.steps):
+        return "anthropic"
+    return "openai"
+
+
+def _step_times(traj: Trajectory) -> list[datetime]:
+    """One time per step: the recorded time when it moves forward, else one minute on."""
+    times: list[datetime] = []
+    current = traj.started_at or next((s.at for s in traj.steps if s.at), None) or FIXED_START
+    for n, step in enumerate(traj.steps):
+        if step.at is not None and (not times or step.at > times[-1]):
+            current = step.at
+        elif n:
+            current = times[-1] + _STEP
+        times.append(current)
+    return times
+
+
+def _p95(values: Sequence[int]) -> int:
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(0.95 * len(ordered)) - 1)] if ordered else 0
+
+
+def _recorded(traj: Trajectory) -> RecordedTotals | None:
+    usages = [s.usage for s in traj.steps if s.usage is not None]
+    if not usages:
+        return None
+    prompt = sum(u.prompt_tokens for u in usages)
+    read = sum(u.cache_read_tokens for u in usages)
+    return RecordedTotals(
+        calls=len(usages),
+        prompt_tokens=prompt,
+        cache_read_tokens=read,
+        cache_write_tokens=sum(u.cache_write_tokens for u in usages),
+        hit_rate=round(read / prompt, 4) if prompt else 0.0,
+    )
+
+
+def _in_prompt(item: Item, result: BuildResult, text: str, *, compressed: bool) -> bool:
+    """The item is in the prompt whole or clipped (or compressed, if *compressed*)."""
+    decision = next((d for d in result.pack.decisions if d.item_id == item.id), None)
+    if decision is None or decision.action == "dropped":
+        return False
+    if decision.action == "compressed" and not compressed:
+        return False
+    body = decision.content if decision.action in ("clipped", "compressed") else item.content
+    return bool(body) and body in text
+
+
+def _temp_store() -> str:
+    directory = Path(tempfile.mkdtemp(prefix="ctxledger-simulate-"))
+    return f"sqlite:///{directory / 'ledger.db'}"
+
+
+def _agent_id(engine: ContextEngine, traj: Trajectory, strategy: str) -> str:
+    base = f"{strategy}:{traj.instance_id[:120] or 'trajectory'}"
+    known = engine.states["generations"].by_agent
+    if base not in known:
+        return base
+    n = 2
+    while f"{base}#{n}" in known:
+        n += 1
+    return f"{base}#{n}"
+
+
+class _Tally:
+    """Running sums over the accepted prompts."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.shared = 0
+        self.total = 0
+        self.shared_within = 0
+        self.total_within = 0
+        self.expected_cached = 0
+        self.static_changes = 0
+        self.prev: tuple[int, bytes, str] | None = None  # generation, text, prefix hash
+
+    def add(self, result: BuildResult, tokens: int) -> None:
+        data = result.prompt.text.encode("utf-8")
+        self.tokens.append(tokens)
+        if self.prev is not None:
+            gen, prev, prefix = self.prev
+            shared = lcp_bytes(prev, data)
+            self.shared += shared
+            self.total += len(data)
+            if gen == result.generation:
+                self.shared_within += shared
+                self.total_within += len(data)
+            self.expected_cached += round(tokens * shared / len(data)) if data else 0
+            self.static_changes += prefix != result.prompt.prefix_hash
+        self.prev = (result.generation, data, result.prompt.prefix_hash)
+
+
+def _hints(steps: Sequence[Step], upto: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    recent = steps[max(0, upto - _HINT_STEPS) : upto]
+    files: dict[str, None] = {}
+    for s in reversed(recent):
+        for f in s.files:
+            files.setdefault(f, None)
+    failures = tuple(s.observation[:_FAILURE_HINT_CHARS] for s in recent if s.failure)
+    return tuple(files)[:_HINT_FILES], failures
+
+
+def simulate_trajectory(
+    traj: Trajectory,
+    *,
+    budget: int,
+    window: int | None = None,
+    strategy: str = "variable",
+    store_url: str | None = None,
+    counter: TokenCounter | None = None,
+    progress: ProgressFn | None = None,
+    on_prompt: PromptHook | None = None,
+) -> SimulationReport:
+    """Drive one engine through an imported trajectory (see the module docstring)."""
+    if budget <= 0:
+        raise BudgetError(f"--budget must be a positive number of tokens, got {budget}")
+    if window is not None and window <= 0:
+        raise BudgetError(f"--window must be a positive number of tokens, got {window}")
+    get_strategy(strategy)
+    url = store_url or _temp_store()
+    times = _step_times(traj)
+    clock = StepClock(times[0] if times else FIXED_START)
+    provider = _provider_for(traj)
+    kwargs: dict[str, Any] = {"clock": clock, "settings": EngineSettings(session_id="simulate")}
+    if counter is not None:
+        kwargs["counter"] = counter
+    with ContextEngine.open(url, **kwargs) as engine:
+        start_position = engine.ledger.max_position()
+        agent = _agent_id(engine, traj, strategy)
+        engine.register_agent(
+            AgentIdentity(
+                agent_id=agent,
+                role=_SIM_ROLE,
+                task=traj.instance_id,
+                model=traj.model,
+                budget=budget,
+                session_id="simulate",
+            )
+        )
+        make = factory(engine.make_item, agent)
+        objective = objective_item(traj, make, at=clock.now())
+        engine.record_many(agent, [*role_items(traj, make, at=clock.now()), objective])
+        tally = _Tally()
+        over_budget = overflow = pinned_dropped = rejected = objective_hits = 0
+        latest_hits = latest_total = failure_hits = failure_total = 0
+        transcript = [
+            sum(len(render_item(i).encode("utf-8")) for i in engine.pool(agent).items.values())
+        ]
+        recorded: list[StepItems] = []
+        reserve = reserve_max = RESERVE_FLOOR
+        for n, step in enumerate(traj.steps):
+            clock.set(times[n])
+            files, failures = _hints(traj.steps, n)
+            pack_budget = max(1, budget - reserve)
+            result = engine.build(
+                agent, budget=pack_budget, strategy=strategy, files=files, failures=failures
+            )
+            engine.render(result, provider=provider, model=traj.model or "unknown")
+            tokens = engine.counter.count(result.prompt.text)
+            while window is not None and tokens > window:
+                rejected += 1
+                over_budget += tokens > budget and result.pack.overflow == 0
+                outcome = engine.on_turn_error(agent, context_limit_error(tokens, window))
+                if outcome.result is None:  # pragma: no cover - a context-limit error refreshes
+                    raise InvalidInputError("the engine did not refresh on a context-limit error")
+                result = outcome.result
+                engine.render(result, provider=provider, model=traj.model or "unknown")
+                tokens = engine.counter.count(result.prompt.text)
+            engine.turn_succeeded(agent)
+            reserve_max = max(reserve_max, reserve)
+            reserve = RESERVE_FLOOR + math.ceil(
+                RESERVE_GROWTH * max(0, tokens - result.pack.budget_used)
+            )
+            text = result.prompt.text
+            tally.add(result, tokens)
+            if on_prompt is not None:
+                on_prompt(n, result, tokens)
+            over_budget += tokens > budget and result.pack.overflow == 0
+            overflow += result.pack.overflow > 0
+            objective_hits += objective.content in text
+            included = {d.item_id for d in result.pack.decisions if d.action != "dropped"}
+            pool = engine.pool(agent)
+            pinned_dropped += sum(
+                1
+                for i, it in pool.items.items()
+                if (it.pinned or it.mandatory) and i not in pool.removed and i not in included
+            )
+            if recorded and recorded[-1].observation is not None:
+                latest_total += 1
+                latest_hits += _in_prompt(recorded[-1].observation, result, text, compressed=False)
+            for back in recorded[-_HINT_STEPS:]:
+                if back.observation is not None and back.observation.failure:
+                    failure_total += 1
+                    failure_hits += _in_prompt(back.observation, result, text, compressed=True)
+            if recorded:
+                for it in (recorded[-1].action, recorded[-1].observation):
+                    if it is not None:
+                        engine.unpin(agent, it.id, by="simulate")
+            items = step_items(traj, step, make, at=times[n], pin=True)
+            engine.record_many(agent, items.all)
+            recorded.append(items)
+            transcript.append(
+                transcript[-1] + sum(len(render_item(i).encode("utf-8")) for i in items.all)
+            )
+            if progress is not None:
+                progress(n + 1, len(traj.steps))
+        if recorded:
+            for it in (recorded[-1].action, recorded[-1].observation):
+                if it is not None and it.pinned:
+                    engine.unpin(agent, it.id, by="simulate")
+        gens = engine.agent(agent).generations
+        events = engine.ledger.max_position() - start_position
+    prompts = len(tally.tokens)
+    # The append-only transcript: prompt i holds every item recorded before call i, in order,
+    # so each prompt extends the previous one and lcp(T[i-1], T[i]) = len(T[i-1]).
+    limit_total = sum(transcript[1:prompts])
+    limit_shared = sum(transcript[: prompts - 1])
+    return SimulationReport(
+        trajectory=traj.path,
+        format=traj.format,
+        steps=len(traj.steps),
+        prompts=prompts,
+        rejected_prompts=rejected,
+        strategy=strategy,
+        budget=budget,
+        window=window,
+        tokenizer=engine.counter.name,
+        generations=len(gens),
+        refreshes=sum(g.kind == "refresh" for g in gens),
+        rebuilds=sum(g.kind == "rebuild" for g in gens),
+        prompt_tokens=PromptTokens(
+            max=max(tally.tokens, default=0),
+            mean=round(sum(tally.tokens) / prompts, 1) if prompts else 0.0,
+            p95=_p95(tally.tokens),
+        ),
+        over_budget_prompts=over_budget,
+        overflow_prompts=overflow,
+        pinned_dropped=pinned_dropped,
+        objective_present=round(objective_hits / prompts, 4) if prompts else 0.0,
+        latest_observation_present=round(latest_hits / latest_total, 4) if latest_total else None,
+        recent_failures_present=round(failure_hits / failure_total, 4) if failure_total else None,
+        prefix_reuse=round(tally.shared / tally.total, 4) if tally.total else 0.0,
+        prefix_reuse_limit=round(limit_shared / limit_total, 4) if limit_total else 0.0,
+        prefix_reuse_within_generation=(
+            round(tally.shared_within / tally.total_within, 4) if tally.total_within else 0.0
+        ),
+        static_prefix_changes=tally.static_changes,
+        expected_cached_tokens=tally.expected_cached,
+        events=events,
+        store=url,
+        agent=agent,
+        provider=provider,
+        render_reserve_max=reserve_max,
+        recorded_usage=_recorded(traj),
+    )
+
+
+@contextlib.contextmanager
+def _progress_bar(enabled: bool, label: str) -> Iterator[ProgressFn | None]:
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield update
+
+
+def simulate(
+    path: str | Path,
+    *,
+    format: str = "auto",
+    budget: int = 8000,
+    window: int | None = None,
+    strategy: str = "variable",
+    store_url: str | None = None,
+    progress: bool = False,
+    counter: TokenCounter | None = None,
+) -> SimulationReport:
+    """Import *path* and simulate it with one strategy (a progress bar on stderr if asked)."""
+    traj = load_trajectory(path, format)
+    get_strategy(strategy)
+    with _progress_bar(progress, f"simulate {strategy}") as update:
+        return simulate_trajectory(
+            traj,
+            budget=budget,
+            window=window,
+            strategy=strategy,
+            store_url=store_url,
+            counter=counter,
+            progress=update,
+        )
+
+
+def compare(
+    path: str | Path,
+    budget: int,
+    window: int | None,
+    strategies: Sequence[str],
+    *,
+    format: str = "auto",
+    store_url: str | None = None,
+    progress: bool = False,
+    counter: TokenCounter | None = None,
+) -> list[SimulationReport]:
+    """The same trajectory through several strategies (one agent each, one shared store)."""
+    names = [s.strip() for s in strategies if s.strip()]
+    if not names:
+        raise InvalidInputError(f"no strategies given; choose from {', '.join(strategy_names())}")
+    for name in names:
+        get_strategy(name)
+    traj = load_trajectory(path, format)
+    url = store_url or _temp_store()
+    reports = []
+    for name in names:
+        with _progress_bar(progress, f"compare {name}") as update:
+            reports.append(
+                simulate_trajectory(
+                    traj,
+                    budget=budget,
+                    window=window,
+                    strategy=name,
+                    store_url=url,
+                    counter=counter,
+                    progress=update,
+                )
+            )
+    return reports

@@ -1,0 +1,118 @@
+"""simulate / compare on the real third-party trajectories in ../shared/trajectories/.
+
+The whole matrix (every file × every strategy × {budget 8000 window 12000, budget 32000}) runs
+by default; it writes one SQLite ledger per run and checks replay --verify and audit on it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ctxledger.adapters.cli import main
+from ctxledger.adapters.simulate import SimulationReport, compare, simulate
+from ctxledger.domain.strategies import strategy_names
+
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "trajectories"
+FILES = (
+    "swe-agent__gpt4__pydicom-1458.traj",
+    "mini-swe-agent__deepseek-chat__django-14997.traj.json",
+    "openhands__claude35sonnet__basic_gui_mode.json",
+)
+CONFIGS: tuple[tuple[int, int | None], ...] = ((8000, 12000), (32000, None))
+
+
+@pytest.fixture(scope="module")
+def shared() -> Path:
+    if not SHARED.is_dir():
+        reason = f"shared trajectories not found at {SHARED}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI=true: they must be present)")
+        pytest.skip(reason)
+    missing = [f for f in FILES if not (SHARED / f).is_file()]
+    if missing:
+        pytest.fail(f"missing shared trajectories: {', '.join(missing)}")
+    return SHARED
+
+
+def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    result: dict[str, object] = json.loads(out.out)
+    return result
+
+
+def _check_store(capsys: pytest.CaptureFixture[str], url: str) -> None:
+    verify = _cli_json(capsys, "replay", "--store", url, "--verify", "--json")
+    assert verify["equal"] is True
+    assert verify["behind"] == 0
+    audit = _cli_json(capsys, "audit", "--store", url, "--json")
+    assert audit["clean"] is True, audit["violations"]
+
+
+def _check_targets(r: SimulationReport) -> None:
+    assert r.prompts == r.steps
+    assert r.over_budget_prompts == 0
+    assert r.pinned_dropped == 0
+    assert r.objective_present == 1.0
+    assert r.latest_observation_present == 1.0
+    if r.window is not None:
+        assert r.prompt_tokens.max <= r.window
+    assert r.events > 0
+
+
+CASES = [
+    pytest.param((name, strategy, budget, window), id=f"{name.split('__')[0]}-{strategy}-b{budget}")
+    for name in FILES
+    for strategy in strategy_names()
+    for budget, window in CONFIGS
+]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_strategy_meets_the_targets(
+    shared: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    case: tuple[str, str, int, int | None],
+) -> None:
+    name, strategy, budget, window = case
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    report = simulate(shared / name, budget=budget, window=window, strategy=strategy, store_url=url)
+    assert report.strategy == strategy
+    assert report.budget == budget
+    assert report.store == url
+    _check_targets(report)
+    if strategy == "variable" and window is None:
+        assert report.prefix_reuse >= 0.90 * report.prefix_reuse_limit
+    _check_store(capsys, url)
+
+
+def test_compare_rows_match_single_runs(shared: Path, tmp_path: Path) -> None:
+    path = shared / FILES[0]
+    rows = compare(path, 8000, 12000, ["variable", "summary"], store_url="memory://")
+    assert [r.strategy for r in rows] == ["variable", "summary"]
+    assert len({r.agent for r in rows}) == 2
+    alone = simulate(path, budget=8000, window=12000, strategy="summary", store_url="memory://")
+    strip = {"store", "events", "agent"}
+    assert {k: v for k, v in rows[1].to_dict().items() if k not in strip} == {
+        k: v for k, v in alone.to_dict().items() if k not in strip
+    }
+
+
+def test_recorded_usage_is_reported(shared: Path) -> None:
+    mini = simulate(shared / FILES[1], budget=8000, store_url="memory://")
+    assert mini.recorded_usage is not None
+    assert mini.recorded_usage.calls == 130
+    assert mini.provider == "openai"
+    oh = simulate(shared / FILES[2], budget=8000, store_url="memory://")
+    assert oh.provider == "anthropic"
+    assert oh.recorded_usage is not None
+    assert oh.recorded_usage.cache_write_tokens > 0
+    swe = simulate(shared / FILES[0], budget=8000, store_url="memory://")
+    assert swe.recorded_usage is None
