@@ -1,0 +1,89 @@
+"""`ctxledger serve`: the web inspector over a ledger URL, on a loopback port by default."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from ctxledger.domain.errors import CtxLedgerError, StoreURLError
+
+__all__ = ["ServeError", "bind_socket", "serve"]
+
+_LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+
+
+class ServeError(CtxLedgerError):
+    """The inspector could not start (e.g. the port is taken)."""
+
+
+def bind_socket(host: str, port: int) -> socket.socket:
+    """A listening-ready TCP socket bound to *host*:*port* (0 picks a free port)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ServeError(f"cannot resolve host {host!r}: {exc}") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ServeError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def _check_store(store: str) -> None:
+    """Refuse a SQLite URL whose file does not exist (serving never creates a ledger)."""
+    if store.startswith("sqlite:///"):
+        path = Path(store[len("sqlite:///") :])
+        if not path.is_file():
+            raise StoreURLError(f"{store}: no ledger file at {path}")
+
+
+def serve(
+    store: Annotated[
+        str, typer.Option("--store", help="Ledger URL: memory://, sqlite:///path, postgresql://…")
+    ],
+    catalog: Annotated[
+        Path | None,
+        typer.Option(
+            "--catalog",
+            help="Project-memory catalog: listed on /memory; promote and verify write to it.",
+        ),
+    ] = None,
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind (default loopback only).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port; 0 picks a free one.")] = 8765,
+    read_only: Annotated[
+        bool, typer.Option("--read-only", help="Hide the manual controls and refuse every POST.")
+    ] = False,
+) -> None:
+    """The web inspector: agents, generations, diffs, cache and memory in a browser."""
+    import uvicorn
+
+    from ctxledger.adapters.web import create_app
+
+    if not 0 <= port <= 65535:
+        raise ServeError(f"port {port} is out of range 0–65535")
+    _check_store(store)
+    allowed = list(_LOOPBACK_NAMES) if host in _LOOPBACK_NAMES else None
+    app = create_app(store, catalog=catalog, read_only=read_only, allowed_hosts=allowed)
+    sock = bind_socket(host, port)
+    bound = sock.getsockname()[1]
+    shown = f"[{host}]" if ":" in host else host
+    mode = "read-only" if read_only else "manual controls enabled"
+    sys.stdout.write(f"ctxledger inspector: http://{shown}:{bound}/ ({mode}; Ctrl-C stops)\n")
+    sys.stdout.flush()
+    if host not in (*_LOOPBACK_NAMES, "::1"):
+        sys.stderr.write(
+            f"ctxledger: warning: {host} is reachable from other machines; the pages show "
+            "the ledger's content to anyone who can connect\n"
+        )
+    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    uvicorn.Server(config).run(sockets=[sock])

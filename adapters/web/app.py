@@ -1,0 +1,442 @@
+"""The web inspector: a Starlette app over one ledger URL, server-rendered, without scripts."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import os
+import secrets
+import threading
+from collections.abc import AsyncIterator, Iterator, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.ledger import LedgerUnavailableError, open_ledger
+from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.tokens import default_counter
+from ctxledger.adapters.web import views
+from ctxledger.adapters.web.charts import fmt_number, layer_colour, source_colour
+from ctxledger.adapters.web.controls import (
+    BY,
+    MAX_FORM_BYTES,
+    ControlForm,
+    FormError,
+    apply_control,
+    check_item,
+    check_origin,
+    check_token,
+    parse_control,
+    parse_form,
+    parse_memory_control,
+)
+from ctxledger.domain.errors import (
+    ConflictError,
+    CtxLedgerError,
+    InvalidInputError,
+    MemoryNotFoundError,
+    RefreshExhaustedError,
+    UnknownAgentError,
+    UnknownGenerationError,
+)
+from ctxledger.domain.ports import TokenCounter
+
+__all__ = ["create_app", "display_url"]
+
+_TITLES = {
+    400: "Bad request",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    409: "Conflict",
+    500: "Server error",
+    503: "Ledger unavailable",
+}
+_SECURITY_HEADERS = (
+    (
+        "content-security-policy",
+        "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
+        "frame-ancestors 'none'; base-uri 'none'",
+    ),
+    ("x-content-type-options", "nosniff"),
+    ("x-frame-options", "DENY"),
+    ("referrer-policy", "same-origin"),
+    ("cache-control", "no-store"),
+)
+
+
+def display_url(url: str) -> str:
+    """A store URL fit to show on a page: any password replaced by ``***``."""
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
+
+
+class _SecurityHeaders:
+    """Adds a strict CSP (no scripts at all) and friends to every response."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = MutableHeaders(scope=message)
+                for name, value in _SECURITY_HEADERS:
+                    headers.setdefault(name, value)
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
+
+
+class _Backend:
+    """One ledger for the server's life. Read models are folded up to the end of the log on
+    every request (so pages follow other writers); controls go through a fresh engine."""
+
+    def __init__(self, store_url: str, catalog: Path | None) -> None:
+        self.ledger = open_ledger(store_url)
+        try:
+            self._runner = ProjectionRunner(self.ledger)
+        except BaseException:
+            self.ledger.close()
+            raise
+        self._catalog = catalog
+        self._read_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._counter: TokenCounter | None = None
+
+    def states(self) -> tuple[dict[str, Any], int]:
+        """A consistent snapshot of every read model and the log position it reflects."""
+        with self._read_lock:
+            self._runner.catch_up()
+            return dict(self._runner.states), self._runner.position
+
+    def _engine(self, memory: ProjectMemory | None) -> ContextEngine:
+        if self._counter is None:
+            self._counter = default_counter()
+        return ContextEngine(self.ledger, counter=self._counter, memory=memory)
+
+    @contextlib.contextmanager
+    def _memory(self) -> Iterator[ProjectMemory]:
+        """The project memory over the configured catalog, open for one control only."""
+        if self._catalog is None:
+            raise FormError(400, "project memory needs a catalog: start with --catalog PATH")
+        if not self._catalog.is_file():
+            raise FormError(400, f"no catalog file at {self._catalog}")
+        catalog = MemoryCatalog.open(self._catalog)
+        try:
+            yield ProjectMemory(catalog)
+        finally:
+            catalog.close()
+
+    def control(self, agent_id: str, form: ControlForm) -> int | None:
+        """Check the control against the read models, then append through the engine."""
+        needs_memory = form.action == "promote"
+        with (
+            self._write_lock,
+            self._memory() if needs_memory else contextlib.nullcontext() as memory,
+        ):
+            engine = self._engine(memory)
+            engine.agent(agent_id)
+            check_item(engine.pool(agent_id), form)
+            return apply_control(engine, agent_id, form)
+
+    def memory_control(self, form: ControlForm) -> None:
+        """Verify one memory entry through the engine (catalog and MemoryVerified event)."""
+        with self._write_lock, self._memory() as memory:
+            self._engine(memory).verify_memory(form.memory_id, by=BY)
+
+    def close(self) -> None:
+        self.ledger.close()
+
+
+def _agent_url(agent_id: str) -> str:
+    return "/agents/" + quote(agent_id, safe="")
+
+
+def _generation_url(agent_id: str, number: int) -> str:
+    return f"{_agent_url(agent_id)}/generations/{int(number)}"
+
+
+def _diff_url(agent_id: str, a: int, b: int) -> str:
+    return f"{_agent_url(agent_id)}/diff?" + urlencode({"from": int(a), "to": int(b)})
+
+
+def _control_url(agent_id: str) -> str:
+    return f"{_agent_url(agent_id)}/control"
+
+
+def _fmt_time(value: datetime | None) -> str:
+    return value.isoformat(timespec="seconds") if value is not None else "—"
+
+
+def _short_path(value: str) -> str:
+    """The last component of a path (``…/name``); pages put the full path in a title."""
+    parts = [p for p in value.replace("\\", "/").split("/") if p]
+    return value if len(parts) <= 1 else "…/" + parts[-1]
+
+
+def _status_of(exc: CtxLedgerError) -> int:
+    if isinstance(exc, UnknownAgentError | UnknownGenerationError | MemoryNotFoundError):
+        return 404
+    if isinstance(exc, InvalidInputError):
+        return 400
+    if isinstance(exc, ConflictError | RefreshExhaustedError):
+        return 409
+    if isinstance(exc, LedgerUnavailableError):
+        return 503
+    return 500
+
+
+def _environment(
+    *, token: str, read_only: bool, store_label: str, catalog: Path | None
+) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("ctxledger.adapters.web", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.globals.update(
+        csrf_token=token,
+        read_only=read_only,
+        store_label=store_label,
+        catalog_label=str(catalog) if catalog is not None else "",
+        has_catalog=catalog is not None,
+        agent_url=_agent_url,
+        generation_url=_generation_url,
+        diff_url=_diff_url,
+        control_url=_control_url,
+        fmt_time=_fmt_time,
+        short_path=_short_path,
+        num=fmt_number,
+        layer_colour=layer_colour,
+        source_colour=source_colour,
+    )
+    return env
+
+
+async def _read_body(request: Request) -> bytes:
+    length = request.headers.get("content-length")
+    if length is not None and (not length.isdigit() or int(length) > MAX_FORM_BYTES):
+        raise FormError(400, f"the form is larger than {MAX_FORM_BYTES} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            raise FormError(400, f"the form is larger than {MAX_FORM_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _int_param(request: Request, name: str) -> int | None:
+    raw = request.query_params.get(name)
+    if raw is None or raw == "":
+        return None
+    if not raw.isdigit() or len(raw) > 9:
+        raise FormError(400, f"{name} must be a generation number, not {raw[:20]!r}")
+    return int(raw)
+
+
+def create_app(
+    store_url: str,
+    *,
+    catalog: str | os.PathLike[str] | None = None,
+    read_only: bool = False,
+    token: str | None = None,
+    allowed_hosts: Sequence[str] | None = None,
+) -> Starlette:
+    """The inspector app over the ledger at *store_url*.
+
+    ``token`` is the per-server secret every control form carries (random when not given);
+    ``read_only`` hides the controls and refuses every POST with 403; ``allowed_hosts``
+    (when given) refuses requests whose Host header names another host, which closes DNS
+    rebinding against a loopback server. The ledger opens now, so a bad URL fails here."""
+    if token is not None and len(token) < 16:
+        raise InvalidInputError("the CSRF token must be at least 16 characters")
+    secret = token or secrets.token_urlsafe(32)
+    catalog_path = Path(catalog) if catalog is not None else None
+    css = (
+        importlib.resources.files("ctxledger.adapters.web")
+        .joinpath("static/inspector.css")
+        .read_bytes()
+    )
+    env = _environment(
+        token=secret,
+        read_only=read_only,
+        store_label=display_url(store_url),
+        catalog=catalog_path,
+    )
+    templates = Jinja2Templates(env=env)
+    backend = _Backend(store_url, catalog_path)
+
+    def render(
+        request: Request,
+        name: str,
+        context: dict[str, Any],
+        status: int = 200,
+        headers: dict[str, str] | None = None,
+    ) -> Response:
+        return templates.TemplateResponse(
+            request, name, context, status_code=status, headers=headers
+        )
+
+    def error_page(
+        request: Request, status: int, reason: str, headers: dict[str, str] | None = None
+    ) -> Response:
+        context = {
+            "page": "error",
+            "status": status,
+            "title": _TITLES.get(status, "Error"),
+            "reason": reason,
+            "position": None,
+        }
+        return render(request, "error.html", context, status, headers)
+
+    def index(request: Request) -> Response:
+        states, position = backend.states()
+        ctx = views.agents_page(states)
+        return render(request, "index.html", {**ctx, "page": "agents", "position": position})
+
+    def agent(request: Request) -> Response:
+        states, position = backend.states()
+        ctx = views.agent_page(states, request.path_params["agent_id"])
+        return render(request, "agent.html", {**ctx, "page": "agents", "position": position})
+
+    def generation(request: Request) -> Response:
+        states, position = backend.states()
+        agent_id: str = request.path_params["agent_id"]
+        ctx = views.generation_page(states, agent_id, request.path_params["number"])
+        return render(
+            request,
+            "generation.html",
+            {**ctx, "page": "agents", "position": position, "here": request.url.path},
+        )
+
+    def diff(request: Request) -> Response:
+        agent_id: str = request.path_params["agent_id"]
+        a, b = _int_param(request, "from"), _int_param(request, "to")
+        states, position = backend.states()
+        defaults = views.agent_page(states, agent_id)
+        ctx = views.diff_page(
+            states,
+            agent_id,
+            defaults["diff_from"] if a is None else a,
+            defaults["diff_to"] if b is None else b,
+        )
+        return render(request, "diff.html", {**ctx, "page": "agents", "position": position})
+
+    def cache(request: Request) -> Response:
+        states, position = backend.states()
+        ctx = views.cache_page(states)
+        return render(request, "cache.html", {**ctx, "page": "cache", "position": position})
+
+    def memory(request: Request) -> Response:
+        states, position = backend.states()
+        ctx = views.memory_page(states, catalog_path)
+        return render(request, "memory.html", {**ctx, "page": "memory", "position": position})
+
+    def stylesheet(_request: Request) -> Response:
+        return Response(css, media_type="text/css", headers={"cache-control": "no-cache"})
+
+    async def checked_form(request: Request) -> dict[str, str]:
+        """Read-only, origin, body and token checks shared by every POST (in that order)."""
+        if read_only:
+            raise FormError(403, "the inspector runs read-only: manual controls are disabled")
+        check_origin(
+            request.headers.get("origin"),
+            request.headers.get("sec-fetch-site"),
+            f"{request.url.scheme}://{request.url.netloc}",
+        )
+        fields = parse_form(await _read_body(request), request.headers.get("content-type", ""))
+        check_token(fields, secret)
+        return fields
+
+    async def control(request: Request) -> Response:
+        form = parse_control(await checked_form(request))
+        agent_id: str = request.path_params["agent_id"]
+        started = await run_in_threadpool(backend.control, agent_id, form)
+        if form.next and started is None:
+            target = form.next
+        elif started is not None:
+            target = _generation_url(agent_id, started)
+        else:
+            target = _agent_url(agent_id)
+        return RedirectResponse(target, status_code=303)
+
+    async def memory_control(request: Request) -> Response:
+        fields = await checked_form(request)
+        form = parse_memory_control(fields)
+        await run_in_threadpool(backend.memory_control, form)
+        return RedirectResponse("/memory", status_code=303)
+
+    async def on_http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        headers = dict(exc.headers) if exc.headers else None
+        return error_page(request, exc.status_code, exc.detail, headers)
+
+    async def on_form_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, FormError)
+        return error_page(request, exc.status, exc.reason)
+
+    async def on_ledger_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, CtxLedgerError)
+        return error_page(request, _status_of(exc), str(exc)[:500])
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            backend.close()
+
+    middleware = [Middleware(_SecurityHeaders)]
+    if allowed_hosts:
+        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
+    app = Starlette(
+        routes=[
+            Route("/", index, methods=["GET"]),
+            Route("/cache", cache, methods=["GET"]),
+            Route("/memory", memory, methods=["GET"]),
+            Route("/memory/control", memory_control, methods=["POST"]),
+            Route("/static/inspector.css", stylesheet, methods=["GET"]),
+            Route("/agents/{agent_id}", agent, methods=["GET"]),
+            Route("/agents/{agent_id}/generations/{number:int}", generation, methods=["GET"]),
+            Route("/agents/{agent_id}/diff", diff, methods=["GET"]),
+            Route("/agents/{agent_id}/control", control, methods=["POST"]),
+        ],
+        middleware=middleware,
+        exception_handlers={
+            HTTPException: on_http_error,
+            FormError: on_form_error,
+            CtxLedgerError: on_ledger_error,
+        },
+        lifespan=lifespan,
+    )
+    app.state.csrf_token = secret
+    app.state.read_only = read_only
+    return app
