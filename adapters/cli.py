@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ctxledger.adapters import cli_inspect
+from ctxledger.adapters import cli_inspect, cli_serve, cli_simulate
 from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
@@ -113,9 +113,9 @@ app.command()(cli_inspect.generations)
 app.command()(cli_inspect.diff)
 app.command()(cli_inspect.audit)
 app.add_typer(memory_app, name="memory")
-app.command()(__import__("ctxledger.adapters.cli_serve", fromlist=["serve"]).serve)
-app.command()(__import__("ctxledger.adapters.cli_simulate", fromlist=["x"]).simulate)
-app.command()(__import__("ctxledger.adapters.cli_simulate", fromlist=["x"]).compare)
+app.command()(cli_simulate.simulate)
+app.command()(cli_simulate.compare)
+app.command()(cli_serve.serve)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -49,7 +49,7 @@ from ctxledger.domain.model import (
 )
 from ctxledger.domain.ports import Clock, TokenCounter
 from ctxledger.domain.prefix import changed_segment, lcp_bytes
-from ctxledger.domain.prompt import PromptParts, compose
+from ctxledger.domain.prompt import PromptParts, compose, render_item
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.render import to_anthropic, to_openai
 from ctxledger.domain.request import BuildRequest, Scope
@@ -79,6 +79,10 @@ class EngineSettings:
     max_refreshes: int = 3
     conflict_retries: int = 8
     save_every: int = 500
+
+
+_JOIN_SLACK = 4
+"""Tokens of margin for BPE merges where rendered blocks are joined."""
 
 
 class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -248,6 +252,11 @@ class ContextEngine:
         self.ledger.append(stream, [event], expected_version=self.ledger.stream_version(stream))
         self.runner.catch_up()
 
+    def _sized(self, item: Item) -> Item:
+        """The item with its token count as rendered in a prompt (header and spacing included),
+        so packs add up to what is actually sent."""
+        return msgspec.structs.replace(item, token_count=self.counter.count(render_item(item)))
+
     def make_item(
         self,
         agent_id: str,
@@ -263,16 +272,16 @@ class ContextEngine:
             raise InvalidInputError("item content must be text")
         iid = item_id or item_id_for(layer, source, content)
         try:
-            return Item(
+            item = Item(
                 id=iid,
                 layer=layer,
                 source=source,
                 content=content,
-                token_count=self.counter.count(content),
                 agent=agent_id,
                 observed_at=provenance.pop("observed_at", None) or self._now(),
                 **provenance,
             )
+            return self._sized(item)
         except TypeError as exc:
             raise InvalidInputError(f"bad item field: {exc}") from None
 
@@ -281,7 +290,7 @@ class ContextEngine:
         self.agent(agent_id)
         it = item if isinstance(item, Item) else self.make_item(agent_id, item, **kwargs)
         if it.token_count == 0 and it.content:
-            it = msgspec.structs.replace(it, token_count=self.counter.count(it.content))
+            it = self._sized(it)
         if it.source == Source.VERIFIED_FACT and not it.verified:
             raise InvalidInputError(
                 "a verified_fact must be verified; record a finding and verify it"
@@ -296,12 +305,7 @@ class ContextEngine:
     def record_many(self, agent_id: str, items: Sequence[Item]) -> None:
         """Record several items in one append."""
         self.agent(agent_id)
-        ready = [
-            i
-            if i.token_count or not i.content
-            else msgspec.structs.replace(i, token_count=self.counter.count(i.content))
-            for i in items
-        ]
+        ready = [i if i.token_count or not i.content else self._sized(i) for i in items]
         self._append(
             agent_id,
             lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready],
@@ -416,7 +420,7 @@ class ContextEngine:
             task=worker.task,
             observed_at=self._now(),
         )
-        report = msgspec.structs.replace(report, token_count=self.counter.count(report.content))
+        report = self._sized(report)
         self._append(
             worker.parent,
             lambda: [ev.ItemRecorded(at=self._now(), agent_id=worker.parent, item=report)],
@@ -446,6 +450,22 @@ class ContextEngine:
         """The smallest budget a context-limit refresh learned for this agent (0: none)."""
         caps = [g.budget for g in ag.generations if g.kind == "refresh" and g.budget]
         return min(caps) if caps else 0
+
+    def _volatile_reserve(
+        self, request: BuildRequest, number: int, group: RecallGroup | None, user_input: str
+    ) -> int:
+        """Tokens held back from the pack for the VOLATILE tail (status line, recall group,
+        latest user input) and block joins, so the whole rendered prompt fits the budget."""
+        probe = compose(
+            (),
+            status=(
+                f"Generation {number} · {request.budget}/{request.budget} tokens"
+                f" · strategy {request.strategy}"
+            ),
+            recall=group.text if group is not None else "",
+            latest_user_input=user_input,
+        )
+        return self.counter.count(probe.dynamic) + _JOIN_SLACK
 
     def _recall_group(self, agent_id: str, now: datetime) -> RecallGroup | None:
         """This prompt's recalled-memory group (None: nothing to record). With recall off, an
@@ -483,7 +503,7 @@ class ContextEngine:
             decisions=gen.decisions,
             emitted=emitted,
             order=gen.order,
-            used=gen.tokens_used,
+            used=max(0, gen.tokens_used - gen.reserved),
         )
 
     def build(
@@ -558,8 +578,10 @@ class ContextEngine:
             gen = ag.current
             ctx = self._emitted_context(agent_id)
             candidates = self.pool(agent_id).candidates()
+            reserve = self._volatile_reserve(request, gen.number + 1, group, latest_user_input)
+            pack_request = msgspec.structs.replace(request, budget=max(1, request.budget - reserve))
             plan = plan_build(
-                request,
+                pack_request,
                 candidates,
                 ctx,
                 self.counter,
@@ -661,11 +683,11 @@ class ContextEngine:
                 agent_id=agent_id,
                 generation=number,
                 layers={k: tuple(v) for k, v in sorted(layers.items())},
-                budget_used=result.used,
+                budget_used=result.used + reserve,
                 budget_limit=request.budget,
                 compression_metadata=result.metadata,
                 decisions=tuple(decisions.values()),
-                overflow=max(0, result.used - request.budget),
+                overflow=max(0, result.used + reserve - request.budget),
                 counter=result.counter,
                 strategy=request.strategy,
                 prefix_hash=prompt.prefix_hash,
@@ -679,7 +701,8 @@ class ContextEngine:
                     strategy=request.strategy,
                     counter=result.counter,
                     budget_limit=request.budget,
-                    budget_used=result.used,
+                    budget_used=pack.budget_used,
+                    reserved=reserve,
                     overflow=pack.overflow,
                     decisions=changed,
                     retired=retired,
@@ -845,10 +868,13 @@ class ContextEngine:
                 provider_limit_tokens=error.limit_tokens if error else 0,
             )
         pool = self.pool(agent_id)
-        latest = frozenset(pool.new_since_last_build()) | frozenset(
+        latest = set(pool.new_since_last_build()) | {
             i for i, n in pool.seq.items() if n == pool.recorded
-        )
-        carried, dropped = refresh_split(pool.candidates(), latest)
+        }
+        groups = {pool.items[i].group for i in latest if pool.items[i].group}
+        if groups:  # the latest step's action travels with its observation
+            latest |= {i for i, it in pool.items.items() if it.group in groups}
+        carried, dropped = refresh_split(pool.candidates(), frozenset(latest))
         number = gen.number + 1
         refreshed = ev.GenerationRefreshed(
             at=self._now(),

@@ -57,10 +57,6 @@ _HINT_STEPS = 3  # steps whose files/failures hint the next build; and "recent" 
 _HINT_FILES = 12
 _FAILURE_HINT_CHARS = 300
 _SIM_ROLE = "worker"
-RESERVE_FLOOR = 64
-"""Tokens always kept free of items for the status line and block separators."""
-RESERVE_GROWTH = 1.25
-"""Margin on the rendering overhead measured on the previous prompt (new items add headers)."""
 
 Provider = Literal["anthropic", "openai"]
 ProgressFn = Callable[[int, int], None]
@@ -132,7 +128,6 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     store: str
     agent: str
     provider: str
-    render_reserve_max: int
     recorded_usage: RecordedTotals | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -305,13 +300,11 @@ def simulate_trajectory(
             sum(len(render_item(i).encode("utf-8")) for i in engine.pool(agent).items.values())
         ]
         recorded: list[StepItems] = []
-        reserve = reserve_max = RESERVE_FLOOR
         for n, step in enumerate(traj.steps):
             clock.set(times[n])
             files, failures = _hints(traj.steps, n)
-            pack_budget = max(1, budget - reserve)
             result = engine.build(
-                agent, budget=pack_budget, strategy=strategy, files=files, failures=failures
+                agent, budget=budget, strategy=strategy, files=files, failures=failures
             )
             engine.render(result, provider=provider, model=traj.model or "unknown")
             tokens = engine.counter.count(result.prompt.text)
@@ -325,10 +318,6 @@ def simulate_trajectory(
                 engine.render(result, provider=provider, model=traj.model or "unknown")
                 tokens = engine.counter.count(result.prompt.text)
             engine.turn_succeeded(agent)
-            reserve_max = max(reserve_max, reserve)
-            reserve = RESERVE_FLOOR + math.ceil(
-                RESERVE_GROWTH * max(0, tokens - result.pack.budget_used)
-            )
             text = result.prompt.text
             tally.add(result, tokens)
             if on_prompt is not None:
@@ -408,7 +397,6 @@ def simulate_trajectory(
         store=url,
         agent=agent,
         provider=provider,
-        render_reserve_max=reserve_max,
         recorded_usage=_recorded(traj),
     )
 

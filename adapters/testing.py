@@ -154,6 +154,7 @@ _EVENT_STRATEGIES: dict[type[ev.EventBase], st.SearchStrategy[Any]] = {
         counter=_short,
         budget_limit=_count,
         budget_used=_count,
+        reserved=_count,
         overflow=_count,
         decisions=st.lists(decisions(), max_size=4).map(tuple),
         retired=st.lists(_ids, max_size=3).map(tuple),

@@ -130,7 +130,9 @@ class ContextPackBuilt(EventBase, frozen=True, kw_only=True):
     same generation (``decisions`` changed, ``retired`` no longer candidates) plus a hash of
     the whole selection, so the ledger grows with what changed, not with the pack.
     ``order_appended`` lists the GENERATION-segment item ids this build appended (the first
-    build of a generation lists the whole order), so the emitted order is rebuilt by replay."""
+    build of a generation lists the whole order), so the emitted order is rebuilt by replay.
+    ``budget_used`` counts the whole rendered prompt: the pack's items as rendered plus
+    ``reserved``, the tokens held for the VOLATILE tail."""
 
     agent_id: str
     pack_id: str
@@ -139,6 +141,7 @@ class ContextPackBuilt(EventBase, frozen=True, kw_only=True):
     counter: str = ""
     budget_limit: Count = 0
     budget_used: Count = 0
+    reserved: Count = 0
     overflow: Count = 0
     decisions: tuple[Decision, ...] = ()
     retired: tuple[str, ...] = ()

@@ -223,6 +223,7 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     strategy: str = "variable"
     budget: Count = 0
     tokens_used: Count = 0
+    reserved: Count = 0
     overflow: Count = 0
     builds: Count = 0
     last_pack_id: str = ""

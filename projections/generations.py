@@ -91,6 +91,7 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
                 strategy=event.strategy,
                 budget=event.budget_limit,
                 tokens_used=event.budget_used,
+                reserved=event.reserved,
                 overflow=event.overflow,
                 builds=cur.builds + 1,
                 last_pack_id=event.pack_id,
