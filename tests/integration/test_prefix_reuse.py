@@ -15,9 +15,22 @@ from ctxledger.domain.prefix import lcp_bytes, prefix_reuse
 from ctxledger.domain.prompt import Segment
 from ctxledger.projections.audit import audit
 
-WORDS = (
-    "alpha beta gamma delta auth session refresh token expire pytest assert error file line".split()
-)
+WORDS = [
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "auth",
+    "session",
+    "refresh",
+    "token",
+    "expire",
+    "pytest",
+    "assert",
+    "error",
+    "file",
+    "line",
+]
 
 
 def long_session(

@@ -143,7 +143,8 @@ class EngineMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.last is not None and not self.exhausted)
     @rule()
     def context_limit_error(self) -> None:
-        assert self.engine is not None and self.last is not None
+        assert self.engine is not None
+        assert self.last is not None
         before = self.engine.agent(AGENT).current
         try:
             outcome = self.engine.on_turn_error(AGENT, CONTEXT_LIMIT)
@@ -192,7 +193,8 @@ class EngineMachine(RuleBasedStateMachine):
             else:
                 self.engine.verify_finding(AGENT, item.id)
         except InvalidInputError:
-            assert action == "remove" and (item.pinned or item.mandatory)
+            assert action == "remove"
+            assert item.pinned or item.mandatory
 
     @precondition(lambda self: self.last is not None and not self.exhausted)
     @rule()

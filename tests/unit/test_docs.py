@@ -24,7 +24,7 @@ def _blocks() -> list[tuple[str, int, str]]:
 @pytest.mark.parametrize(("doc", "index", "code"), _blocks(), ids=lambda v: str(v)[:20])
 def test_python_block_runs(doc: str, index: int, code: str) -> None:
     namespace: dict[str, object] = {"__name__": f"docs_{doc}_{index}"}
-    exec(compile(code, f"{doc}#{index}", "exec"), namespace)  # noqa: S102
+    exec(compile(code, f"{doc}#{index}", "exec"), namespace)
     for value in namespace.values():
         if isinstance(value, type) and issubclass(value, unittest.TestCase):
             result = unittest.TextTestRunner(verbosity=0).run(
