@@ -27,7 +27,8 @@ def encode_event(event: EventBase) -> tuple[str, bytes]:
 def parse_topic(topic: str, *, position: int | None = None) -> tuple[str, int]:
     """Split ``Name.vN``; the name must be in the allow-list."""
     name, sep, version_text = topic.rpartition(".v")
-    if not sep or not version_text.isdigit() or len(version_text) > 6:
+    # isascii: str.isdigit() also accepts "²" or "١", which int() rejects or reads as 1.
+    if not sep or not (version_text.isascii() and version_text.isdigit()) or len(version_text) > 6:
         raise UnknownEventTypeError(f"malformed event topic {topic[:80]!r}", position=position)
     if name not in EVENT_TYPES:
         raise UnknownEventTypeError(

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import msgspec
 
+from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import Durability, Item, Layer, Source, item_id_for
 
 __all__ = [
@@ -49,12 +50,12 @@ class Compressed(msgspec.Struct, frozen=True):
 
 _PYTEST_MARK = re.compile(
     r"^(?:FAILED |ERROR |=+ (?:FAILURES|ERRORS|short test summary info) =+"
-    r"|=+ .*\b(?:failed|passed|error|errors)\b.* =+$)",
+    r"|=+ [^\n]{0,200}?\b(?:failed|passed|errors?)\b[^\n]{0,200} =+$)",
     re.MULTILINE,
 )
 _PYTEST_KEEP = re.compile(
     r"""^(?:
-        (?:FAILED|ERROR|XPASS|XFAIL)\s+\S+          # short summary lines
+        (?:FAILED|ERROR|XPASS|XFAIL)\s+\S+.*        # short summary lines
       | E\s{2,}\S.*                               # assertion / exception lines
       | _{3,}\s.*\s_{3,}                          # ____ test_name ____ headers
       | =+\s.*\s=+                                # section and final summary bars
@@ -77,7 +78,7 @@ _SIGNAL = re.compile(
           |fail\w*|error|exception|traceback|assert\w*|risk\w*|todo|fixme|unresolved|open\ question
           |verif\w*|pytest|make\ |npm\ |cargo\ |go\ test|mypy|ruff|passed|blocked|warning)\b
       | ^\s*(?:\$|>>>|\#\s)\s*\S
-      | [\w./-]+\.[A-Za-z]{1,8}:\d+
+      | (?<![\w./-])[\w./-]+\.[A-Za-z]{1,8}:\d+
       | (?:^|\s)[\w.-]+/[\w./-]+\.[A-Za-z]{1,8}\b
     """
 )
@@ -146,17 +147,16 @@ def _traceback_indices(lines: Sequence[str], frames: int = 3) -> list[int]:
         after = frame_idx[-1] + 1 if frame_idx else start + 1
         for i in range(after, end):
             s = lines[i]
-            if s and not s[0].isspace() and (_EXC_LINE.match(s) or _CHAINED.match(s)):
+            if s and not s[0].isspace() and _EXC_LINE.match(s):
                 keep.append(i)
-                if not _CHAINED.match(s):
-                    # include following non-indented continuation lines of the message
-                    j = i + 1
-                    while j < end and j < i + 4 and lines[j] and not _CHAINED.match(lines[j]):
-                        if lines[j].strip() == _TB_START:
-                            break
-                        keep.append(j)
-                        j += 1
-                    break
+                # following non-indented continuation lines of the message
+                j = i + 1
+                while j < min(end, i + 4) and lines[j] and not _CHAINED.match(lines[j]):
+                    keep.append(j)
+                    j += 1
+                break
+        # "During handling of the above exception…" between this traceback and the next
+        keep.extend(i for i in range(start + 1, end) if _CHAINED.match(lines[i]))
     return keep
 
 
@@ -191,7 +191,7 @@ def head_tail_lines(text: str, keep: int = 20) -> Compressed | None:
     return Compressed("\n".join(body), "head_tail")
 
 
-_memo: dict[str, Compressed | None] = {}
+_memo: dict[str, Compressed | None] = memo_table()
 
 
 def compress_text(text: str) -> Compressed | None:
@@ -206,11 +206,7 @@ def compress_text(text: str) -> Compressed | None:
             if c is not None and len(c.text) <= 0.75 * len(text):
                 result = c
                 break
-    if len(_memo) >= _MEMO_MAX:
-        for key in list(_memo)[: _MEMO_MAX // 2]:
-            del _memo[key]
-    _memo[text] = result
-    return result
+    return remember(_memo, text, result, _MEMO_MAX)
 
 
 # --- parent reports -------------------------------------------------------------------------

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC
+from typing import ClassVar
 
 import msgspec
 
+from ctxledger.domain.clipping import CLIP_METHOD, CLIP_REASON, clip_marker, clip_text
 from ctxledger.domain.compression import compress_text
 from ctxledger.domain.errors import BudgetError
+from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import CompressionMetadata, Decision, Item, Layer, Source
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest, Scope
@@ -76,14 +79,10 @@ DROP_REASONS = frozenset(
         OUTSIDE_WINDOW,
     }
 )
-# Clipped decisions: action "clipped", this reason and method.
-CLIP_REASON = "scope_clip"
-CLIP_METHOD = "head_tail"
 
 _COMPRESS_MIN_TOKENS = 64  # smaller items are dropped, not compressed
 _COMPRESS_MIN_ROOM = 16  # do not try to compress into less room than this
 _COMPRESS_MAX_ATTEMPTS = 32  # per build: bounds the work on huge pools with tiny budgets
-_MARKER_ALLOWANCE = 12  # tokens reserved for the clip marker and its newlines
 _NEG_INF = float("-inf")
 
 
@@ -104,12 +103,21 @@ class PackResult(msgspec.Struct, frozen=True, kw_only=True):
     counter: str
     strategy: str
 
+    def by_layer(self) -> dict[Layer, tuple[Item, ...]]:
+        """The selected items per layer (for ``ContextPack.layers``), in pack order."""
+        out: dict[Layer, list[Item]] = {}
+        for it in self.items:
+            out.setdefault(it.layer, []).append(it)
+        return {layer: tuple(out[layer]) for layer in sorted(out)}
+
 
 _L1 = Layer.L1
 _L3 = Layer.L3
 _TOOL_LOG = Source.TOOL_LOG
 _CONVERSATION = Source.CONVERSATION
 _WORKER_FINDING = Source.WORKER_FINDING
+_RECALLED_MEMORY = Source.RECALLED_MEMORY
+_PARENT_REPORT = Source.PARENT_REPORT
 _TIER1_SOURCES = frozenset({Source.USER_REQUIREMENT, Source.STEERING_NOTE, Source.ROLE_INSTRUCTION})
 _TIER2_SOURCES = frozenset({Source.REPOSITORY_SOURCE, Source.VERIFIED_FACT, Source.TEST_RESULT})
 _TIER3_SOURCES = frozenset(
@@ -146,8 +154,8 @@ def _ts(item: Item) -> float:
     return at.timestamp()
 
 
-_statics: dict[int, tuple[Item, int, float]] = {}
-_STATIC_MAX = 100_000
+_statics: dict[int, tuple[Item, int, float]] = memo_table()
+_STATIC_MAX = 65_536
 
 
 def _tier_ts(item: Item) -> tuple[Item, int, float]:
@@ -156,30 +164,25 @@ def _tier_ts(item: Item) -> tuple[Item, int, float]:
     st = _statics.get(id(item))
     if st is None or st[0] is not item:
         st = (item, priority_tier(item), _ts(item))
-        if len(_statics) >= _STATIC_MAX:
-            for key in list(_statics)[: _STATIC_MAX // 2]:
-                del _statics[key]
-        _statics[id(item)] = st
+        remember(_statics, id(item), st, _STATIC_MAX)
     return st
 
 
-class Candidate:
-    """One candidate during packing. An ungrouped candidate is its own packing unit."""
+class Candidate(msgspec.Struct, gc=False):
+    """One candidate during packing. An ungrouped candidate is its own packing unit.
 
-    __slots__ = ("forced", "index", "item", "score", "tier", "tokens", "ts")
+    Not tracked by the garbage collector (it cannot be part of a reference cycle), which
+    keeps collections cheap when a build creates one per pool item."""
 
-    group = ""  # an ungrouped candidate (Group has the name)
+    item: Item
+    score: float
+    tokens: int
+    index: int
+    tier: int
+    ts: float
+    forced: bool
 
-    def __init__(  # noqa: PLR0917 - positional on the hot path
-        self, item: Item, score: float, tokens: int, index: int, tier: int, ts: float
-    ) -> None:
-        self.item = item
-        self.score = score
-        self.tokens = tokens
-        self.index = index
-        self.tier = tier
-        self.ts = ts
-        self.forced = item.pinned or item.mandatory
+    group: ClassVar[str] = ""  # an ungrouped candidate (Group has the name)
 
     @property
     def members(self) -> tuple[Candidate, ...]:
@@ -265,7 +268,7 @@ def _prepare(
         tokens = item.token_count
         if tokens <= 0:
             tokens = count(item.content)
-        append(Candidate(item, score, tokens, index, st[1], st[2]))
+        append(Candidate(item, score, tokens, index, st[1], st[2], item.pinned or item.mandatory))
     return out, ordered
 
 
@@ -308,65 +311,11 @@ def scope_excluder(scope: Scope) -> Callable[[Item], bool] | None:
             return True
         if sources and item.source not in sources:
             return True
-        if no_memory and (item.layer is Layer.L3 or item.source is Source.RECALLED_MEMORY):
+        if no_memory and (item.layer is _L3 or item.source is _RECALLED_MEMORY):
             return True
-        return deps is not None and item.source is Source.PARENT_REPORT and item.task not in deps
+        return deps is not None and item.source is _PARENT_REPORT and item.task not in deps
 
     return excluded
-
-
-def clip_marker(n: int) -> str:
-    """The marker that replaces clipped text: ``[… N tokens clipped …]``."""
-    return f"[… {n} tokens clipped …]"
-
-
-_clip_memo: dict[tuple[str, int, int, str], tuple[str, int] | None] = {}
-_CLIP_MEMO_MAX = 8_192
-
-
-def clip_text(text: str, tokens: int, limit: int, counter: TokenCounter) -> tuple[str, int] | None:
-    """Head/tail excerpt of *text* (``tokens`` long) aiming at ≤ *limit* tokens.
-
-    The middle is replaced by :func:`clip_marker` with N = tokens − head − tail (at least 1);
-    cuts snap to line breaks when one is near. Returns ``(text, tokens)`` — fewer tokens than
-    the input, and ≤ *limit* unless the marker alone does not fit — or ``None`` when no
-    excerpt is shorter than the text itself. Memoised per (text, tokens, limit, counter).
-    """
-    memo_key = (text, tokens, limit, counter.name)
-    if memo_key in _clip_memo:
-        return _clip_memo[memo_key]
-    n = len(text)
-    keep = int(max(limit - _MARKER_ALLOWANCE, 0) * n / max(tokens, 1))
-    best: tuple[str, int] | None = None
-    for _ in range(8):
-        keep = max(0, min(keep, n - 1))
-        h = keep // 2
-        t = keep - h
-        head = text[:h]
-        tail = text[n - t :] if t else ""
-        nl = head.rfind("\n")
-        if nl >= 0 and nl >= h // 2:
-            head = head[: nl + 1]
-        nl = tail.find("\n")
-        if 0 <= nl < t // 2:
-            tail = tail[nl + 1 :]
-        ht = counter.count(head) if head else 0
-        tt = counter.count(tail) if tail else 0
-        marker = clip_marker(max(1, tokens - ht - tt))
-        sep_head = "" if not head or head.endswith("\n") else "\n"
-        sep_tail = "\n" if tail else ""
-        clipped = f"{head}{sep_head}{marker}{sep_tail}{tail}"
-        ct = counter.count(clipped)
-        if ct < tokens and (best is None or ct < best[1]):
-            best = (clipped, ct)
-        if ct <= limit or keep == 0:
-            break
-        keep = int(keep * limit / ct * 0.9)
-    if len(_clip_memo) >= _CLIP_MEMO_MAX:
-        for k in list(_clip_memo)[: _CLIP_MEMO_MAX // 2]:
-            del _clip_memo[k]
-    _clip_memo[memo_key] = best
-    return best
 
 
 class Accumulator:
@@ -465,8 +414,8 @@ class Accumulator:
         )
 
 
-_drop_memo: dict[tuple[str, str, int], Decision] = {}
-_DROP_MEMO_MAX = 100_000
+_drop_memo: dict[tuple[str, str, int], Decision] = memo_table()
+_DROP_MEMO_MAX = 65_536
 
 
 def _dropped(item_id: str, reason: str, tokens: int) -> Decision:
@@ -475,10 +424,7 @@ def _dropped(item_id: str, reason: str, tokens: int) -> Decision:
     d = _drop_memo.get(key)
     if d is None:
         d = Decision(item_id=item_id, action="dropped", reason=reason, tokens_before=tokens)
-        if len(_drop_memo) >= _DROP_MEMO_MAX:
-            for k in list(_drop_memo)[: _DROP_MEMO_MAX // 2]:
-                del _drop_memo[k]
-        _drop_memo[key] = d
+        remember(_drop_memo, key, d, _DROP_MEMO_MAX)
     return d
 
 

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import math
 import re
+from bisect import bisect_left
+from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from sys import intern
 
 import msgspec
 
+from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import Item, Source
 from ctxledger.domain.request import BuildRequest
 
@@ -60,7 +64,8 @@ ROLE_WEIGHTS: dict[str, dict[Source, float]] = {
 }
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
-_PATH = re.compile(r"[A-Za-z0-9_.~-]*[/\\]?[A-Za-z0-9_.-]+\.[A-Za-z][A-Za-z0-9]{0,7}\b")
+# The look-behind starts a match only at the start of a path-like run: linear, not quadratic.
+_PATH = re.compile(r"(?<![\w.~/\\-])(?:[\w.~-]+[/\\])*[\w.-]+\.[A-Za-z][A-Za-z0-9]{0,7}\b")
 _STOP_WORDS = (
     "the and for with this that from into not are was were has have had but you your its "
     "can should must will would all any use using when then than also only out our"
@@ -68,17 +73,17 @@ _STOP_WORDS = (
 _STOP = frozenset(_STOP_WORDS.split())
 _SCAN_HEAD = 8_192
 _SCAN_TAIL = 2_048
-_MEMO_MAX = 100_000
+_MEMO_MAX = 65_536
 
 
-class ScoredItem(msgspec.Struct, frozen=True):
+class ScoredItem(msgspec.Struct, frozen=True, gc=False):
     """An item with its score for one build (higher is more relevant)."""
 
     item: Item
     score: float
 
 
-class Terms(msgspec.Struct, frozen=True):
+class Terms(msgspec.Struct, frozen=True, gc=False):
     """Lower-cased words and path-like tokens (and their basenames) of one text."""
 
     words: frozenset[str]
@@ -92,19 +97,21 @@ def _scan(text: str) -> str:
 
 
 def _text_terms(text: str) -> Terms:
+    # Interned: equal terms of different items are one object, so set lookups compare by
+    # identity instead of reading each item's own copy (the main cost on large pools).
     scanned = _scan(text)
-    words = {w.lower() for w in _WORD.findall(scanned)}
+    words = {intern(w.lower()) for w in _WORD.findall(scanned)}
     words.difference_update(_STOP)
     paths: set[str] = set()
     for p in _PATH.findall(scanned):
         p = p.replace("\\", "/").lstrip("./")
         if p:
-            paths.add(p)
-            paths.add(p.rsplit("/", 1)[-1])
+            paths.add(intern(p))
+            paths.add(intern(p.rsplit("/", 1)[-1]))
     return Terms(frozenset(words), frozenset(paths))
 
 
-_memo: dict[str, Terms] = {}
+_memo: dict[str, Terms] = memo_table()
 
 
 def item_terms(content: str) -> Terms:
@@ -112,14 +119,11 @@ def item_terms(content: str) -> Terms:
     terms = _memo.get(content)
     if terms is None:
         terms = _text_terms(content)
-        if len(_memo) >= _MEMO_MAX:
-            for key in list(_memo)[: _MEMO_MAX // 2]:
-                del _memo[key]
-        _memo[content] = terms
+        remember(_memo, content, terms, _MEMO_MAX)
     return terms
 
 
-class RequestTerms(msgspec.Struct, frozen=True):
+class RequestTerms(msgspec.Struct, frozen=True, gc=False):
     """What a request is about, precomputed once per build."""
 
     words: frozenset[str]
@@ -135,10 +139,10 @@ def request_terms(request: BuildRequest) -> RequestTerms:
     text = " ".join((request.task, *request.keywords))
     words = set(_text_terms(text).words)
     failure_words = set(_text_terms("\n".join(request.failures)).words)
-    files = frozenset(f.replace("\\", "/").lstrip("./") for f in request.files if f)
-    names = frozenset(f.rsplit("/", 1)[-1] for f in files)
+    files = frozenset(intern(f.replace("\\", "/").lstrip("./")) for f in request.files if f)
+    names = frozenset(intern(f.rsplit("/", 1)[-1]) for f in files)
     symbols = frozenset(s for s in request.symbols if s)
-    symbol_words = frozenset(s.rsplit(".", 1)[-1].lower() for s in symbols)
+    symbol_words = frozenset(intern(s.rsplit(".", 1)[-1].lower()) for s in symbols)
     return RequestTerms(
         words=frozenset(words),
         failure_words=frozenset(failure_words - words),
@@ -162,36 +166,52 @@ def _clamp01(x: float) -> float:
 _TEST_RESULT = Source.TEST_RESULT
 
 
-class _Static:
+class _Static(msgspec.Struct, frozen=True, gc=False):
     """Request-independent facts of one item object, memoised by identity."""
 
-    __slots__ = ("base", "files", "item", "paths", "ts", "words")
+    item: Item
+    words: frozenset[str]
+    paths: frozenset[str]
+    files: frozenset[str]
+    ts: float | None
+    base: float
+    # Copies of the item fields the scoring loop reads, so it never touches the item itself
+    # (on large pools, scattered item objects are the main cost).
+    task: str
+    phase: str
+    source: Source
+    symbols: tuple[str, ...]
+    failure_weight: float
 
-    def __init__(self, item: Item) -> None:
-        terms = item_terms(item.content)
-        self.item = item
-        self.words = terms.words
-        self.paths = terms.paths
-        self.files = frozenset(f.replace("\\", "/").lstrip("./") for f in item.files)
-        self.ts = None if item.observed_at is None else _timestamp(item.observed_at)
-        self.base = (
-            W_CONFIDENCE * _clamp01(item.confidence)
-            + W_DURABILITY * (int(item.durability) / 2.0)
-            + W_RELEVANCE * _clamp01(item.relevance)
-        )
+
+def _make_static(item: Item) -> _Static:
+    terms = item_terms(item.content)
+    return _Static(
+        item,
+        terms.words,
+        terms.paths,
+        frozenset(intern(f.replace("\\", "/").lstrip("./")) for f in item.files),
+        None if item.observed_at is None else _timestamp(item.observed_at),
+        W_CONFIDENCE * _clamp01(item.confidence)
+        + W_DURABILITY * (int(item.durability) / 2.0)
+        + W_RELEVANCE * _clamp01(item.relevance),
+        item.task,
+        item.phase,
+        item.source,
+        item.symbols,
+        2.0 if (item.failure or item.source is _TEST_RESULT) else 1.0,
+    )
 
 
-_statics: dict[int, _Static] = {}
+_statics: dict[int, _Static] = memo_table()
 
 
 def _static(item: Item) -> _Static:
     st = _statics.get(id(item))
     if st is None or st.item is not item:
-        st = _Static(item)
-        if len(_statics) >= _MEMO_MAX:
-            for key in list(_statics)[: _MEMO_MAX // 2]:
-                del _statics[key]
-        _statics[id(item)] = st  # holds the item, so its id cannot be reused meanwhile
+        st = _make_static(item)
+        # The entry holds the item, so its id cannot be reused while it is cached.
+        remember(_statics, id(item), st, _MEMO_MAX)
     return st
 
 
@@ -208,6 +228,9 @@ def _scores(request: BuildRequest, pool: Sequence[Item]) -> list[float]:
     rsyms = rt.symbols
     rsymw = rt.symbol_words
     statics = _statics
+    w_overlap, w_task, w_recency = W_OVERLAP, W_TASK, W_RECENCY
+    per_second = 1.0 / (3600.0 * RECENCY_HALF_LIFE_HOURS)
+    same_phase, other_phase = PHASE_SAME, PHASE_OTHER
     out: list[float] = []
     append = out.append
     for it in pool:
@@ -215,27 +238,37 @@ def _scores(request: BuildRequest, pool: Sequence[Item]) -> list[float]:
         if st is None or st.item is not it:
             st = _static(it)
         words = st.words
-        overlap = float(len(rwords.intersection(words))) if rwords else 0.0
+        overlap = 0.0
+        if rwords and not rwords.isdisjoint(words):
+            overlap = float(len(rwords.intersection(words)))
         if rfiles:
-            overlap += 3.0 * len(rfiles.intersection(st.files)) + len(rnames.intersection(st.paths))
+            if not rfiles.isdisjoint(st.files):
+                overlap += 3.0 * len(rfiles.intersection(st.files))
+            if not rnames.isdisjoint(st.paths):
+                overlap += len(rnames.intersection(st.paths))
         if rsyms:
-            overlap += 2.0 * len(rsyms.intersection(it.symbols)) + len(rsymw.intersection(words))
-        if fwords:
+            if st.symbols:
+                overlap += 2.0 * len(rsyms.intersection(st.symbols))
+            if not rsymw.isdisjoint(words):
+                overlap += len(rsymw.intersection(words))
+        if fwords and not fwords.isdisjoint(words):
             hits = len(fwords.intersection(words))
-            if hits:
-                overlap += hits * (2.0 if (it.failure or it.source is _TEST_RESULT) else 1.0)
+            overlap += hits * st.failure_weight
         score = st.base
         if overlap:
-            score += W_OVERLAP * overlap / (overlap + 4.0)
-        if task and it.task == task:
-            score += W_TASK
-        if st.ts is not None:
-            age_h = (now_ts - st.ts) / 3600.0
-            score += W_RECENCY / (1.0 + age_h / RECENCY_HALF_LIFE_HOURS) if age_h > 0 else W_RECENCY
+            score += w_overlap * overlap / (overlap + 4.0)
+        if task and st.task == task:
+            score += w_task
+        ts = st.ts
+        if ts is not None:
+            age = now_ts - ts
+            score += w_recency / (1.0 + age * per_second) if age > 0 else w_recency
         if role:
-            score += role.get(it.source, 0.0)
-        if phase and it.phase:
-            score += PHASE_SAME if it.phase == phase else PHASE_OTHER
+            score += role.get(st.source, 0.0)
+        if phase:
+            p = st.phase
+            if p:
+                score += same_phase if p == phase else other_phase
         append(score)
     return out
 
@@ -259,14 +292,12 @@ def retrieve(request: BuildRequest, pool: Sequence[Item]) -> list[ScoredItem]:
     scores = _scores(request, pool)
     neg = [-x for x in scores]
     order = sorted(range(len(pool)), key=neg.__getitem__)
-    # Break score ties by (id, pool index): only runs of equal scores need re-sorting.
-    i, n = 0, len(order)
-    while i < n:
-        j = i + 1
-        s = neg[order[i]]
-        while j < n and neg[order[j]] == s:
-            j += 1
-        if j - i > 1:
-            order[i:j] = sorted(order[i:j], key=lambda k: (pool[k].id, k))
-        i = j
+    counts = Counter(neg)
+    if len(counts) < len(neg):
+        # Break score ties by (id, pool index); equal scores are contiguous in ``order``.
+        ranked = [neg[k] for k in order]
+        for value, n in counts.items():
+            if n > 1:
+                lo = bisect_left(ranked, value)
+                order[lo : lo + n] = sorted(order[lo : lo + n], key=lambda k: (pool[k].id, k))
     return [ScoredItem(pool[k], scores[k]) for k in order]

@@ -6,6 +6,7 @@ import hashlib
 import threading
 from collections import OrderedDict
 
+from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.ports import TokenCounter
 
 __all__ = ["DEFAULT_CACHE_SIZE", "CacheInfo", "CachedCounter", "EstimatingCounter"]
@@ -54,7 +55,7 @@ class CachedCounter:
 
     def __init__(self, inner: TokenCounter, *, maxsize: int = DEFAULT_CACHE_SIZE) -> None:
         if maxsize < 1:
-            raise ValueError("maxsize must be at least 1")
+            raise InvalidInputError("maxsize must be at least 1")
         self._inner = inner
         self._maxsize = maxsize
         self._cache: OrderedDict[bytes, int] = OrderedDict()

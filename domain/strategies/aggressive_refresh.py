@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.packing import OTHER_PHASE, Candidate, OmitFn, PackResult, pack
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest
@@ -20,7 +21,7 @@ class AggressiveRefreshStrategy:
 
     def __init__(self, budget_percent: int = BUDGET_PERCENT) -> None:
         if not 0 < budget_percent <= 100:
-            raise ValueError("budget_percent must be in 1..100")
+            raise InvalidInputError("budget_percent must be in 1..100")
         self._percent = budget_percent
 
     @property

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ctxledger.domain.clipping import CLIP_METHOD, CLIP_REASON, clip_text
+from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import Layer, Source
 from ctxledger.domain.packing import (
-    CLIP_METHOD,
-    CLIP_REASON,
     DUPLICATE,
     EXCLUDED_BY_SCOPE,
     OUTSIDE_WINDOW,
@@ -31,7 +31,6 @@ from ctxledger.domain.packing import (
     Candidate,
     PackResult,
     Unit,
-    clip_text,
     effective_budget,
     make_units,
     prepare,
@@ -48,6 +47,12 @@ ALWAYS_KEPT_SOURCES = frozenset({Source.STEERING_NOTE, Source.EVENT_HISTORY})
 EVICTABLE = (Layer.L2, Layer.L1)  # eviction order; L0, L3, L4 are never evicted
 
 
+_TOOL_LOG = Source.TOOL_LOG
+_ARTIFACT = Source.ARTIFACT
+_CONVERSATION = Source.CONVERSATION
+_EVICTABLE_VALUES = frozenset(int(layer) for layer in EVICTABLE)
+
+
 def _forced(c: Candidate) -> bool:
     it = c.item
     return it.pinned or it.mandatory or it.source in ALWAYS_KEPT_SOURCES
@@ -58,7 +63,20 @@ def _age_key(u: Unit) -> tuple[float, str, int]:
 
 
 def _layer_key(u: Unit) -> tuple[int, float, str, int]:
-    return (min(int(m.item.layer) for m in u.members), *u.chrono_key())
+    if type(u) is Candidate:
+        return (u.item.layer._value_, u.ts, u.item.id, u.index)
+    return (min(m.item.layer._value_ for m in u.members), *u.chrono_key())
+
+
+def _eviction_class(u: Unit) -> tuple[int, bool] | None:
+    """(layer, all tool logs) of an evictable unit, ``None`` if it holds L0/L3/L4."""
+    if type(u) is Candidate:
+        layer = u.item.layer._value_
+        return (layer, u.item.source is _TOOL_LOG) if layer in _EVICTABLE_VALUES else None
+    layers = [m.item.layer._value_ for m in u.members]
+    if not all(v in _EVICTABLE_VALUES for v in layers):
+        return None
+    return (min(layers), all(m.item.source is _TOOL_LOG for m in u.members))
 
 
 class LayeredStrategy:
@@ -66,7 +84,7 @@ class LayeredStrategy:
 
     def __init__(self, conversation_keep_last: int = CONVERSATION_KEEP_LAST) -> None:
         if conversation_keep_last < 0:
-            raise ValueError("conversation_keep_last must not be negative")
+            raise InvalidInputError("conversation_keep_last must not be negative")
         self._keep_last = conversation_keep_last
 
     @property
@@ -105,49 +123,39 @@ class LayeredStrategy:
                             versions[m.item.id] = clipped
 
         def size(u: Unit) -> int:
+            if not versions:
+                return u.tokens
             return sum(
                 versions[m.item.id][1] if m.item.id in versions else m.tokens for m in u.members
             )
 
         total = sum(u.tokens for u in forced) + sum(size(u) for u in live)
         if total > limit:
+            # Eviction order: L2 tool logs, other L2, L1 tool logs, other L1 — oldest first.
+            order: dict[tuple[int, bool], list[Unit]] = {}
+            for u in live:
+                cls = _eviction_class(u)
+                if cls is not None:
+                    order.setdefault(cls, []).append(u)
             evicted: set[int] = set()
             for layer in EVICTABLE:
-                pool = [
-                    u
-                    for u in live
-                    if all(m.item.layer in EVICTABLE for m in u.members)
-                    and min(int(m.item.layer) for m in u.members) == layer
-                ]
-                logs = sorted(
-                    (u for u in pool if all(m.item.source is Source.TOOL_LOG for m in u.members)),
-                    key=_age_key,
-                )
-                rest = sorted(
-                    (
-                        u
-                        for u in pool
-                        if not all(m.item.source is Source.TOOL_LOG for m in u.members)
-                    ),
-                    key=_age_key,
-                )
-                for u in (*logs, *rest):
-                    if total <= limit:
-                        break
-                    total -= size(u)
-                    evicted.add(id(u))
-                    acc.drop_unit(u, OVER_BUDGET)
-                    acc.strategies.add(f"evict:{layer.name}")
-                if total <= limit:
-                    break
-            live = [u for u in live if id(u) not in evicted]
+                for is_log in (True, False):
+                    for u in sorted(order.get((int(layer), is_log), ()), key=_age_key):
+                        if total <= limit:
+                            break
+                        total -= size(u)
+                        evicted.add(id(u))
+                        acc.drop_unit(u, OVER_BUDGET)
+                        acc.strategies.add(f"evict:{layer.name}")
+            if evicted:
+                live = [u for u in live if id(u) not in evicted]
 
         for u in forced:
             acc.include_unit(u, _layer_key(u))
         for u in live:
             key = _layer_key(u)
             for m in u.members:
-                v = versions.get(m.item.id)
+                v = versions.get(m.item.id) if versions else None
                 if v is None:
                     acc.include(m, key)
                 else:
@@ -158,42 +166,42 @@ class LayeredStrategy:
         return acc.result(limit)
 
     def _per_source(self, live: list[Unit], acc: Accumulator) -> list[Unit]:
-        """Artifact latest per source_id, ToolLog dedupe, Conversation keep last N."""
-        latest: dict[str, tuple[float, str, int]] = {}
-        conversations: list[Unit] = []
+        """Artifact latest per source_id, ToolLog dedupe, Conversation keep last N
+        (ungrouped items only; a group is never split)."""
+        artifacts: dict[str, list[Candidate]] = {}
+        logs: list[Candidate] = []
+        talk: list[Candidate] = []
         for u in live:
-            if u.group:
+            if type(u) is not Candidate:
                 continue
-            it = u.members[0].item
-            if it.source is Source.ARTIFACT and it.source_id:
-                k = u.chrono_key()
-                if it.source_id not in latest or k > latest[it.source_id]:
-                    latest[it.source_id] = k
-            elif it.source is Source.CONVERSATION:
-                conversations.append(u)
-        conversations.sort(key=_age_key)
-        cut = max(0, len(conversations) - self._keep_last)
-        old_talk = {id(u) for u in conversations[:cut]}
-
-        kept: list[Unit] = []
-        seen_logs: set[str] = set()
-        for u in sorted(live, key=_age_key):
-            it = u.members[0].item
-            if not u.group:
-                if it.source is Source.ARTIFACT and it.source_id:
-                    if u.chrono_key() != latest[it.source_id]:
-                        acc.drop_unit(u, SUPERSEDED)
-                        acc.strategies.add("artifact:latest_per_source")
-                        continue
-                elif it.source is Source.TOOL_LOG:
-                    if it.content in seen_logs:
-                        acc.drop_unit(u, DUPLICATE)
-                        acc.strategies.add("tool_log:dedupe")
-                        continue
-                    seen_logs.add(it.content)
-                elif id(u) in old_talk:
-                    acc.drop_unit(u, OUTSIDE_WINDOW)
-                    acc.strategies.add(f"conversation:keep_last_{self._keep_last}")
-                    continue
-            kept.append(u)
-        return kept
+            src = u.item.source
+            if src is _ARTIFACT and u.item.source_id:
+                artifacts.setdefault(u.item.source_id, []).append(u)
+            elif src is _TOOL_LOG:
+                logs.append(u)
+            elif src is _CONVERSATION:
+                talk.append(u)
+        gone: set[int] = set()
+        for versions in artifacts.values():
+            if len(versions) > 1:
+                newest = max(versions, key=_age_key)
+                for c in versions:
+                    if c is not newest:
+                        acc.drop(c, SUPERSEDED)
+                        gone.add(id(c))
+                acc.strategies.add("artifact:latest_per_source")
+        seen: set[str] = set()
+        for c in sorted(logs, key=_age_key):
+            if c.item.content in seen:
+                acc.drop(c, DUPLICATE)
+                gone.add(id(c))
+                acc.strategies.add("tool_log:dedupe")
+            else:
+                seen.add(c.item.content)
+        if len(talk) > self._keep_last:
+            talk.sort(key=_age_key)
+            for c in talk[: len(talk) - self._keep_last]:
+                acc.drop(c, OUTSIDE_WINDOW)
+                gone.add(id(c))
+            acc.strategies.add(f"conversation:keep_last_{self._keep_last}")
+        return [u for u in live if id(u) not in gone] if gone else live
