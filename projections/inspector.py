@@ -250,6 +250,9 @@ def inspect_agent(
             included.append(view)
             by_layer[view.layer] = by_layer.get(view.layer, 0) + view.tokens
             by_source[view.source] = by_source.get(view.source, 0) + view.tokens
+    if gen.reserved:  # tokens held for the status line, recall group and user input
+        by_layer["volatile_tail"] = gen.reserved
+        by_source["volatile_tail"] = gen.reserved
     inspector: InspectorState = states.get("inspector", InspectorState())
     ai = inspector.by_agent.get(agent_id, AgentInspector())
     gc: GcIndicators = states.get("gc_indicators", GcIndicators())
