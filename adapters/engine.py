@@ -851,13 +851,7 @@ class ContextEngine:
         rt = self._rt(agent_id)
         ag = self.agent(agent_id)
         gen = ag.current
-        request = rt.last_request or BuildRequest(
-            agent_id=agent_id,
-            budget=ag.agent.budget or 1,
-            now=self._now(),
-            role=ag.agent.role,
-            task=ag.agent.task,
-        )
+        request = self._last_request(agent_id)
         cap = gen.budget if gen.budget else request.budget
         if trigger == "context_limit":
             cap = shrink_cap(
@@ -899,17 +893,23 @@ class ContextEngine:
         message = f"Context refreshed · Generation {gen.number} → {number} · Reason: {reason}"
         return msgspec.structs.replace(result, message=message)
 
-    def rebuild(self, agent_id: str, *, reason: str = "manual") -> BuildResult:
-        """Manual control: re-pack into a new generation below the watermark."""
-        rt = self._rt(agent_id)
+    def _last_request(self, agent_id: str) -> BuildRequest:
+        """The agent's last build request, or one from its identity when it never built."""
+        last = self._rt(agent_id).last_request
+        if last is not None:
+            return last
         ag = self.agent(agent_id)
-        request = rt.last_request or BuildRequest(
+        return BuildRequest(
             agent_id=agent_id,
             budget=ag.agent.budget or 1,
             now=self._now(),
             role=ag.agent.role,
             task=ag.agent.task,
         )
+
+    def rebuild(self, agent_id: str, *, reason: str = "manual") -> BuildResult:
+        """Manual control: re-pack into a new generation below the watermark."""
+        request = self._last_request(agent_id)
         if not self.agent(agent_id).current.builds:
             raise InvalidInputError("nothing to rebuild: the generation has no pack yet")
         return self._build(
