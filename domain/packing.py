@@ -155,7 +155,7 @@ def _ts(item: Item) -> float:
 
 
 _statics: dict[int, tuple[Item, int, float]] = memo_table()
-_STATIC_MAX = 65_536
+_STATIC_MAX = 131_072  # above the largest pool: see retrieval._MEMO_MAX
 
 
 def _tier_ts(item: Item) -> tuple[Item, int, float]:
@@ -415,7 +415,7 @@ class Accumulator:
 
 
 _drop_memo: dict[tuple[str, str, int], Decision] = memo_table()
-_DROP_MEMO_MAX = 65_536
+_DROP_MEMO_MAX = 131_072
 
 
 def _dropped(item_id: str, reason: str, tokens: int) -> Decision:
