@@ -116,3 +116,16 @@ def test_recorded_usage_is_reported(shared: Path) -> None:
     assert oh.recorded_usage.cache_write_tokens > 0
     swe = simulate(shared / FILES[0], budget=8000, store_url="memory://")
     assert swe.recorded_usage is None
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_prefix_reuse_within_two_points_of_the_append_only_limit(shared: Path, name: str) -> None:
+    """Issue 4: at a budget large enough to need no rebuild, `variable` stays within 2 % of
+    the reuse an unbounded append-only transcript of the same items would get."""
+    r = simulate(shared / name, budget=400_000, strategy="variable", store_url="memory://")
+    assert r.rebuilds == 0
+    assert r.refreshes == 0
+    print(
+        f"{name}: prefix reuse {r.prefix_reuse:.4f} vs append-only limit {r.prefix_reuse_limit:.4f}"
+    )
+    assert r.prefix_reuse >= r.prefix_reuse_limit - 0.02
