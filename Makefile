@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv install demo test lint typecheck imports unit soak bench docs-check clean
+.PHONY: venv install demo test lint typecheck imports unit soak bench bench-peers docs-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -35,8 +35,23 @@ unit: install
 soak: install
 	CTXLEDGER_SOAK=1 $(BIN)/pytest -q -p no:cacheprovider -m "slow or not slow" tests
 
+# langchain-core is a benchmark-only peer (never a project dependency); without it the peer
+# table says "not installed".
 bench: install
+	-$(BIN)/pip install -q "langchain-core>=0.3" || echo "langchain-core not installed"
 	$(BIN)/python bench/run.py
+
+# Benchmark-only environment for OpenHands' non-LLM condensers (openhands-ai 0.x needs
+# Python >= 3.12; installing it takes several minutes). bench/run.py uses it when present.
+bench-peers: install
+	@set -e; PEERS_PY=""; \
+	for c in python3.12 python3.13 $(HOME)/.pyenv/versions/3.12*/bin/python3.12 \
+	         $(HOME)/.pyenv/versions/3.13*/bin/python3.13; do \
+	  if $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then PEERS_PY=$$c; break; fi; \
+	done; \
+	if [ -z "$$PEERS_PY" ]; then echo "bench-peers: no Python >= 3.12 found"; exit 1; fi; \
+	$$PEERS_PY -m venv $(VENV)/peers; \
+	$(VENV)/peers/bin/pip install -q "openhands-ai==0.62.0"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .ctxledger

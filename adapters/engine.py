@@ -209,10 +209,14 @@ class ContextEngine:
         stream = self._stream(agent_id)
 
         def attempt() -> list[ev.Event]:
+            # The version first, then catch up, then decide: the decision rests on every event
+            # up to that version, so a stream another process moved meanwhile is a conflict,
+            # never a silent interleave of two processes' decisions.
+            version = self.ledger.stream_version(stream)
+            self.runner.catch_up()
             events = make()
             if not events:
                 return []
-            version = self.ledger.stream_version(stream)
             self.ledger.append(stream, events, expected_version=version)
             self.runner.catch_up()
             return events

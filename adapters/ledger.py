@@ -294,6 +294,7 @@ class _SQLiteBackend:
 
 class _PostgresBackend:
     def __init__(self, url: str) -> None:
+        import psycopg
         from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
         parts = urlsplit(url)
@@ -322,13 +323,14 @@ class _PostgresBackend:
                 connect_timeout=10,
             )
             recorder = PostgresApplicationRecorder(self.datastore, events_table_name=EVENTS_TABLE)
-            recorder.create_table()
-            with self.datastore.transaction(commit=True) as c:
-                c.execute(
-                    f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
-                    "name text PRIMARY KEY, position bigint NOT NULL, state bytea NOT NULL)"
-                )
-        except (PersistenceError, OperationalError) as exc:
+            with _schema_lock(self._conninfo):
+                recorder.create_table()
+                with self.datastore.transaction(commit=True) as c:
+                    c.execute(
+                        f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
+                        "name text PRIMARY KEY, position bigint NOT NULL, state bytea NOT NULL)"
+                    )
+        except (PersistenceError, OperationalError, psycopg.Error) as exc:
             raise LedgerUnavailableError(f"{_redact(url)}: {exc}") from exc
         self.recorder: ApplicationRecorder = recorder
         self._channel = recorder.channel_name
@@ -372,6 +374,22 @@ class _PostgresBackend:
             with contextlib.suppress(Exception):
                 self._listener.close()
         self.datastore.close()
+
+
+_SCHEMA_LOCK_KEY = 0x6374786C6C6467  # advisory lock id: "ctxlldg"
+
+
+@contextlib.contextmanager
+def _schema_lock(conninfo: dict[str, Any]) -> Iterator[None]:
+    """Serialise schema creation across processes. Run concurrently, eventsourcing's
+    ``CREATE OR REPLACE FUNCTION``/``CREATE TYPE`` fail with "tuple concurrently updated",
+    so orchestrators starting together could not open a shared ledger. The lock is held by
+    its own session; closing the session releases it."""
+    import psycopg
+
+    with psycopg.connect(**conninfo, autocommit=True, connect_timeout=10) as conn:
+        conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK_KEY,))
+        yield
 
 
 def _redact(url: str) -> str:

@@ -1,0 +1,1 @@
+"""Reliability and security suite: concurrency, crashes, bad input, schema evolution, load."""
