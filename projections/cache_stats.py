@@ -48,6 +48,13 @@ class CacheTotals(msgspec.Struct, frozen=True, kw_only=True):
     builds: int = 0
     prompt_bytes: int = 0
     expected_cached_bytes: int = 0
+    changed_segments: dict[str, int] = {}
+    """Builds per first segment that differed from the previous prompt ("role" or "session"
+    means the cacheable static prefix changed)."""
+    last_changed_segment: str = ""
+    miss_segments: dict[str, int] = {}
+    """Unexpected misses per segment that changed in the build before the call: names what
+    broke the prefix (``"none"`` when the prompt did not change, e.g. a cache eviction)."""
 
     @property
     def hit_rate(self) -> float:
@@ -89,8 +96,14 @@ def is_unexpected_miss(expected_cached_tokens: int, cache_read_tokens: int) -> b
 
 
 def _add_usage(t: CacheTotals, e: CacheUsageRecorded) -> CacheTotals:
+    miss = is_unexpected_miss(e.expected_cached_tokens, e.cache_read_tokens)
+    miss_segments = t.miss_segments
+    if miss:
+        key = t.last_changed_segment or "none"
+        miss_segments = {**miss_segments, key: miss_segments.get(key, 0) + 1}
     return msgspec.structs.replace(
         t,
+        miss_segments=miss_segments,
         calls=t.calls + 1,
         input_tokens=t.input_tokens + e.input_tokens,
         cache_read_tokens=t.cache_read_tokens + e.cache_read_tokens,
@@ -99,8 +112,7 @@ def _add_usage(t: CacheTotals, e: CacheUsageRecorded) -> CacheTotals:
         expected_cached_tokens=t.expected_cached_tokens + e.expected_cached_tokens,
         shortfall_tokens=t.shortfall_tokens
         + max(0, e.expected_cached_tokens - e.cache_read_tokens),
-        unexpected_misses=t.unexpected_misses
-        + int(is_unexpected_miss(e.expected_cached_tokens, e.cache_read_tokens)),
+        unexpected_misses=t.unexpected_misses + int(miss),
     )
 
 
@@ -110,6 +122,15 @@ def _add_build(t: CacheTotals, e: ContextPackBuilt) -> CacheTotals:
         builds=t.builds + 1,
         prompt_bytes=t.prompt_bytes + e.prompt_bytes,
         expected_cached_bytes=t.expected_cached_bytes + e.expected_cached_bytes,
+        changed_segments=(
+            {
+                **t.changed_segments,
+                e.changed_segment: t.changed_segments.get(e.changed_segment, 0) + 1,
+            }
+            if e.changed_segment
+            else t.changed_segments
+        ),
+        last_changed_segment=e.changed_segment,
     )
 
 

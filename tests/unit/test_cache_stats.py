@@ -67,3 +67,44 @@ def test_hand_worked_sequence() -> None:
 )
 def test_unexpected_miss_rule(expected: int, read: int, miss: bool) -> None:
     assert is_unexpected_miss(expected, read) is miss
+
+
+def test_an_unexpected_miss_names_the_segment_that_changed() -> None:
+    from datetime import UTC, datetime
+
+    from ctxledger.domain import events as ev
+    from ctxledger.projections.cache_stats import CacheStats, evolve_cache_stats
+
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    seq: list[ev.Event] = [
+        ev.ContextPackBuilt(at=at, agent_id="a", pack_id="p1", prompt_bytes=100),
+        ev.ContextPackBuilt(
+            at=at,
+            agent_id="a",
+            pack_id="p2",
+            prompt_bytes=120,
+            expected_cached_bytes=90,
+            changed_segment="session",
+        ),
+        ev.CacheUsageRecorded(
+            at=at, agent_id="a", input_tokens=30, cache_read_tokens=0, expected_cached_tokens=25
+        ),
+        ev.ContextPackBuilt(
+            at=at,
+            agent_id="a",
+            pack_id="p3",
+            prompt_bytes=130,
+            expected_cached_bytes=118,
+            changed_segment="generation",
+        ),
+        ev.CacheUsageRecorded(
+            at=at, agent_id="a", input_tokens=3, cache_read_tokens=29, expected_cached_tokens=29
+        ),
+    ]
+    state = CacheStats()
+    for e in seq:
+        state = evolve_cache_stats(state, e)
+    totals = state.agent("a")
+    assert totals.unexpected_misses == 1
+    assert totals.miss_segments == {"session": 1}
+    assert totals.changed_segments == {"session": 1, "generation": 1}
