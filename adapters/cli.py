@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ctxledger.adapters import cli_inspect, cli_serve, cli_simulate
+from ctxledger.adapters import cli_control, cli_inspect, cli_serve, cli_simulate
 from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
@@ -50,7 +50,7 @@ def replay(
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild every read model from the whole log (and with --verify, compare)."""
-    with open_ledger(store) as ledger:
+    with open_ledger(store, must_exist=True) as ledger:
         runner = ProjectionRunner(ledger)
         persisted_position = runner.position
         if not verify:
@@ -116,6 +116,7 @@ app.add_typer(memory_app, name="memory")
 app.command()(cli_simulate.simulate)
 app.command()(cli_simulate.compare)
 app.command()(cli_serve.serve)
+app.command()(cli_control.control)
 
 
 def main(argv: list[str] | None = None) -> int:

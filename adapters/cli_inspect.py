@@ -138,7 +138,7 @@ def inspect(
     as_json: JsonOpt = False,
 ) -> None:
     """The Context view: usage vs budget, included and excluded items with reasons."""
-    with open_ledger(store) as ledger:
+    with open_ledger(store, must_exist=True) as ledger:
         states = read_states(ledger)
     view = inspect_agent(states, _default_agent(states, agent), generation)
     if as_json:
@@ -149,7 +149,7 @@ def inspect(
 
 def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> None:
     """Every generation of an agent with the reason for each rebuild or refresh."""
-    with open_ledger(store) as ledger:
+    with open_ledger(store, must_exist=True) as ledger:
         states = read_states(ledger)
     gens: Generations = states["generations"]
     ag = gens.by_agent.get(agent)
@@ -208,7 +208,7 @@ def diff(
     as_json: JsonOpt = False,
 ) -> None:
     """What entered, left, was compressed or clipped between two generations, and why."""
-    with open_ledger(store) as ledger:
+    with open_ledger(store, must_exist=True) as ledger:
         states = read_states(ledger)
     d = diff_generations(states, agent, from_generation, to_generation)
     if as_json:
@@ -231,7 +231,7 @@ def diff(
 
 def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
     """Replay the whole log and check every invariant; exit 1 listing each violation."""
-    with open_ledger(store) as ledger:
+    with open_ledger(store, must_exist=True) as ledger:
         records = [(r.position, r.event) for r in ledger.read_all()]
     violations = audit_records(records)
     if as_json:

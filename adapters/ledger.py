@@ -399,8 +399,11 @@ def _redact(url: str) -> str:
     return url
 
 
-def open_ledger(url: str) -> Ledger:
-    """Open the ledger named by *url*: ``memory://``, ``sqlite:///path`` or ``postgresql://…``."""
+def open_ledger(url: str, *, must_exist: bool = False) -> Ledger:
+    """Open the ledger named by *url*: ``memory://``, ``sqlite:///path`` or ``postgresql://…``.
+
+    ``must_exist`` (for readers such as ``inspect`` or ``audit``) refuses to create a missing
+    SQLite file instead of silently reading an empty ledger."""
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "memory":
         return Ledger(url, _MemoryBackend())
@@ -412,6 +415,8 @@ def open_ledger(url: str) -> Ledger:
             raise StoreURLError(f"{url}: {path} is a directory")
         if not path.parent.exists():
             raise StoreURLError(f"{url}: directory {path.parent} does not exist")
+        if must_exist and not path.is_file():
+            raise StoreURLError(f"{url}: no ledger at {path}")
         try:
             return Ledger(url, _SQLiteBackend(str(path)))
         except PersistenceError as exc:

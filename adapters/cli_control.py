@@ -1,0 +1,97 @@
+"""`ctxledger control …`: the inspector's manual controls, each appending events."""
+
+from __future__ import annotations
+
+import enum
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.ledger import open_ledger
+from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.domain.errors import InvalidInputError
+
+__all__ = ["control"]
+
+console = Console()
+
+
+class Action(enum.StrEnum):
+    pin = "pin"
+    unpin = "unpin"
+    remove = "remove"
+    verify = "verify"
+    promote = "promote"
+    refresh = "refresh"
+    rebuild = "rebuild"
+
+
+_NEEDS_ITEM = {Action.pin, Action.unpin, Action.remove, Action.verify, Action.promote}
+
+
+def control(
+    action: Annotated[
+        Action, typer.Argument(help="pin, unpin, remove, verify, promote, refresh or rebuild")
+    ],
+    item: Annotated[
+        str, typer.Argument(metavar="[ITEM_ID]", help="The item (not for refresh/rebuild).")
+    ] = "",
+    *,
+    store: Annotated[str, typer.Option("--store", help="Ledger URL.")],
+    agent: Annotated[str, typer.Option("--agent", help="Agent id.")],
+    catalog: Annotated[
+        Path | None, typer.Option("--catalog", help="Memory catalog (for promote).")
+    ] = None,
+    reason: Annotated[
+        str, typer.Option("--reason", help="Recorded with remove/refresh/rebuild.")
+    ] = "manual",
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Apply one manual control to an agent's context (appends events; nothing else changes)."""
+    if action in _NEEDS_ITEM and not item:
+        raise InvalidInputError(f"{action.value} needs an ITEM_ID")
+    if action not in _NEEDS_ITEM and item:
+        raise InvalidInputError(f"{action.value} takes no ITEM_ID")
+    if action is Action.promote and catalog is None:
+        raise InvalidInputError("promote needs --catalog PATH")
+    cat = MemoryCatalog.open(catalog) if catalog is not None else None
+    try:
+        engine = ContextEngine(
+            open_ledger(store, must_exist=True),
+            memory=ProjectMemory(cat) if cat is not None else None,
+        )
+        try:
+            engine.agent(agent)
+            before = engine.ledger.max_position()
+            result: dict[str, Any] = {"action": action.value, "agent": agent}
+            if action is Action.pin:
+                engine.pin(agent, item, by="cli")
+            elif action is Action.unpin:
+                engine.unpin(agent, item, by="cli")
+            elif action is Action.remove:
+                engine.remove(agent, item, reason=reason)
+            elif action is Action.verify:
+                engine.verify_finding(agent, item, by="cli")
+            elif action is Action.promote:
+                result["memory_id"] = engine.promote(agent, item)
+            elif action is Action.refresh:
+                result["message"] = engine.refresh(agent, reason=reason).message
+            else:
+                result["message"] = engine.rebuild(agent, reason=reason).message
+            result["generation"] = engine.agent(agent).current.number
+            result["events"] = engine.ledger.max_position() - before
+        finally:
+            engine.close()
+    finally:
+        if cat is not None:
+            cat.close()
+    if as_json:
+        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    else:
+        console.print(" · ".join(f"{k} {v}" for k, v in result.items()))

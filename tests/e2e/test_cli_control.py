@@ -1,0 +1,71 @@
+"""`ctxledger control` on the demo store: each control appends events, audit stays clean;
+readers refuse a missing store instead of creating an empty one."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+CLI = [sys.executable, "-m", "ctxledger.adapters.cli"]
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_controls_append_events_and_keep_the_audit_clean(tmp_path: Path) -> None:
+    assert run("demo", cwd=tmp_path).returncode == 0
+    store = "sqlite:///.ctxledger/demo.db"
+    view = json.loads(
+        run("inspect", "--store", store, "--agent", "primary-1", "--json", cwd=tmp_path).stdout
+    )
+    item = next(v["id"] for v in view["included"] if not v["pinned"])
+    pinned = json.loads(
+        run(
+            "control", "pin", item, "--store", store, "--agent", "primary-1", "--json", cwd=tmp_path
+        ).stdout
+    )
+    assert pinned["events"] == 1
+    rebuilt = json.loads(
+        run(
+            "control", "rebuild", "--store", store, "--agent", "primary-1", "--json", cwd=tmp_path
+        ).stdout
+    )
+    assert rebuilt["generation"] == view["generation"] + 1
+    assert rebuilt["message"].startswith(f"Context rebuilt · Generation {view['generation']} → ")
+    after = json.loads(
+        run("inspect", "--store", store, "--agent", "primary-1", "--json", cwd=tmp_path).stdout
+    )
+    assert next(v for v in after["included"] if v["id"] == item)["pinned"] is True
+    audit = run("audit", "--store", store, "--json", cwd=tmp_path)
+    assert audit.returncode == 0
+    assert json.loads(audit.stdout)["clean"] is True
+
+
+def test_bad_control_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    assert run("demo", cwd=tmp_path).returncode == 0
+    store = "sqlite:///.ctxledger/demo.db"
+    before = json.loads(run("replay", "--store", store, "--verify", "--json", cwd=tmp_path).stdout)[
+        "events"
+    ]
+    for args in (("pin",), ("pin", "it_nope"), ("refresh", "it_x"), ("promote", "it_x")):
+        out = run("control", *args, "--store", store, "--agent", "primary-1", cwd=tmp_path)
+        assert out.returncode == 1, args
+        assert out.stderr.count("\n") == 1
+        assert "Traceback" not in out.stderr
+    after = json.loads(run("replay", "--store", store, "--verify", "--json", cwd=tmp_path).stdout)[
+        "events"
+    ]
+    assert after == before
+
+
+def test_readers_refuse_a_missing_store(tmp_path: Path) -> None:
+    for command in ("inspect", "audit"):
+        out = run(command, "--store", "sqlite:///missing.db", cwd=tmp_path)
+        assert out.returncode == 1
+        assert "no ledger at missing.db" in out.stderr
+    assert not (tmp_path / "missing.db").exists()
