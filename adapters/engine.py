@@ -7,6 +7,7 @@ that replay rebuilds exactly.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from ctxledger.domain import events as ev
 from ctxledger.domain.compression import compress_report
 from ctxledger.domain.errors import (
     ConflictError,
+    CtxLedgerError,
     InvalidInputError,
     RefreshExhaustedError,
     UnknownAgentError,
@@ -79,6 +81,10 @@ class EngineSettings:
     max_refreshes: int = 3
     conflict_retries: int = 8
     save_every: int = 500
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 _JOIN_SLACK = 4
@@ -730,11 +736,51 @@ class ContextEngine:
             )
             return events
 
-        self._append(agent_id, make)
+        try:
+            self._append(agent_id, make)
+        except ConflictError:
+            raise
+        except KeyboardInterrupt:
+            self._record_aborted(agent_id, request, interrupted=True, reason="interrupted")
+            raise
+        except Exception as exc:
+            self._record_aborted(agent_id, request, interrupted=False, reason=_reason(exc))
+            raise
         out = holder["result"]
         rt.last_prompt = out.prompt
         rt.last_expected_bytes = holder_expected.get("bytes", 0)
         return out
+
+    def _record_aborted(
+        self, agent_id: str, request: BuildRequest, *, interrupted: bool, reason: str
+    ) -> None:
+        """A build that raised still leaves its lifecycle in the ledger: Started, then Failed
+        (or Interrupted). Best effort: the original error is what the caller sees."""
+        stream = self._stream(agent_id)
+        with contextlib.suppress(CtxLedgerError):
+            version = self.ledger.stream_version(stream)
+            gen = self.agent(agent_id).current.number
+            pack_id = f"{agent_id}/g{gen}/v{version + 1}"
+            at = self._now()
+            end: ev.Event = (
+                ev.ContextBuildingInterrupted(
+                    at=at, agent_id=agent_id, pack_id=pack_id, reason=reason
+                )
+                if interrupted
+                else ev.ContextBuildingFailed(
+                    at=at, agent_id=agent_id, pack_id=pack_id, reason=reason
+                )
+            )
+            started = ev.ContextBuildingStarted(
+                at=at,
+                agent_id=agent_id,
+                pack_id=pack_id,
+                session_id=request.session_id,
+                stage_id=request.stage_id,
+                generation=gen,
+            )
+            self.ledger.append(stream, [started, end], expected_version=version)
+            self.runner.catch_up()
 
     # --- rendering and usage --------------------------------------------------------------------
 

@@ -205,3 +205,55 @@ def test_audit_names_each_violation_with_its_position(events: list[ev.Event], ru
     assert rule in {v.rule for v in violations}
     hit = next(v for v in violations if v.rule == rule)
     assert hit.position == len(records)
+
+
+class _FlakyCounter:
+    """A TokenCounter fake that fails on demand (the port is the unit under test's seam)."""
+
+    def __init__(self) -> None:
+        self.broken: type[BaseException] | None = None
+
+    @property
+    def name(self) -> str:
+        return "flaky"
+
+    def count(self, text: str) -> int:
+        if self.broken is not None:
+            raise self.broken("tokenizer unavailable")
+        return len(text.split())
+
+
+@pytest.mark.parametrize(
+    ("error", "last"),
+    [(RuntimeError, ev.ContextBuildingFailed), (KeyboardInterrupt, ev.ContextBuildingInterrupted)],
+)
+def test_a_build_that_raises_records_its_lifecycle(
+    error: type[BaseException], last: type[ev.EventBase]
+) -> None:
+    counter = _FlakyCounter()
+    e = ContextEngine(
+        open_ledger("memory://"),
+        counter=counter,
+        clock=SteppingClock(),
+        settings=EngineSettings(session_id="s"),
+    )
+    e.register_agent(AgentIdentity(agent_id="a", role="primary", budget=500))
+    e.record("a", "some observation")
+    counter.broken = error
+    with pytest.raises(error):
+        e.build("a")
+    events = [r.event for r in e.ledger.read_all()]
+    assert isinstance(events[-2], ev.ContextBuildingStarted)
+    assert isinstance(events[-1], last)
+    end = events[-1]
+    assert isinstance(end, ev.ContextBuildingFailed | ev.ContextBuildingInterrupted)
+    assert end.reason == (
+        "interrupted" if error is KeyboardInterrupt else "RuntimeError: tokenizer unavailable"
+    )
+    state = e.states["context_state"].by_agent["a"]
+    assert not state.building_in_progress
+    assert state.interrupted is (error is KeyboardInterrupt)
+    counter.broken = None
+    e.build("a")  # the engine recovers on the next build
+    assert e.states["context_state"].by_agent["a"].built_pack_ids
+    assert audit([(r.position, r.event) for r in e.ledger.read_all()]) == []
