@@ -79,10 +79,16 @@ class CacheStats(msgspec.Struct, frozen=True, kw_only=True):
     by_generation: dict[str, dict[int, CacheTotals]] = {}
 
     def agent(self, agent_id: str) -> CacheTotals:
-        return self.by_agent.get(agent_id, CacheTotals())
+        return self.by_agent.get(agent_id) or _EMPTY
 
     def generation(self, agent_id: str, number: int) -> CacheTotals:
-        return self.by_generation.get(agent_id, {}).get(number, CacheTotals())
+        per_gen = self.by_generation.get(agent_id)
+        found = per_gen.get(number) if per_gen is not None else None
+        return found or _EMPTY
+
+
+_EMPTY = CacheTotals()
+"""The zero totals (frozen, shared: building a Struct with dict defaults per lookup is slow)."""
 
 
 def is_unexpected_miss(expected_cached_tokens: int, cache_read_tokens: int) -> bool:
