@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv install demo test lint typecheck imports unit soak bench bench-peers docs-check clean
+.PHONY: install demo test lint typecheck imports unit soak bench bench-peers docs-check clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,16 @@ lint: install
 
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
+
+typecheck: install
+	$(BIN)/mypy
+
+imports: install
+	$(BIN)/lint-imports
+
+# the code in README.md and docs/*.md is executed, and the docs' examples are checked
+docs-check: install
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit/test_docs.py tests/unit/test_caching_doc.py tests/unit/test_strategies_doc.py
 
 unit: install
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit tests/property
