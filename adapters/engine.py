@@ -22,6 +22,7 @@ from ctxledger.adapters.project_memory import ProjectMemory, memory_stream
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
+from ctxledger.domain.build_record import BuildRecord, record_build
 from ctxledger.domain.compression import compress_report
 from ctxledger.domain.errors import (
     ConflictError,
@@ -45,12 +46,9 @@ from ctxledger.domain.model import (
     Layer,
     Source,
     content_hash,
-    decision_delta,
     item_id_for,
-    selection_hash,
 )
 from ctxledger.domain.ports import Clock, TokenCounter
-from ctxledger.domain.prefix import changed_segment, lcp_bytes
 from ctxledger.domain.prompt import PromptParts, compose, render_item
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.render import to_anthropic, to_openai
@@ -579,8 +577,7 @@ class ContextEngine:
         force_rebuild: str = "",
     ) -> BuildResult:
         rt = self._rt(agent_id)
-        holder: dict[str, BuildResult] = {}
-        holder_expected: dict[str, int] = {}
+        holder: dict[str, BuildRecord] = {}
         group = self._recall_group(agent_id, request.now)
 
         def make() -> list[ev.Event]:
@@ -598,143 +595,22 @@ class ContextEngine:
                 watermark=self.settings.watermark,
                 force_rebuild=force_rebuild,
             )
-            events: list[ev.Event] = []
-            now = request.now
-            number = gen.number
-            previous_decisions = gen.decisions
-            if plan.kind == "rebuild":
-                number = gen.number + 1
-                events.append(
-                    ev.GenerationRefreshed(
-                        at=now,
-                        agent_id=agent_id,
-                        kind="rebuild",
-                        from_generation=gen.number,
-                        to_generation=number,
-                        reason=plan.reason,
-                        trigger="manual" if force_rebuild else "budget",
-                        phase=request.phase,
-                        strategy=request.strategy,
-                        budget=request.budget,
-                        carried=tuple(
-                            i for i, d in plan.result.decisions.items() if d.action != "dropped"
-                        ),
-                    )
-                )
-                previous_decisions = {}
-            pack_id = (
-                f"{agent_id}/g{number}/v{self.ledger.stream_version(self._stream(agent_id)) + 1}"
-            )
-            events.append(
-                ev.ContextBuildingStarted(
-                    at=now,
-                    agent_id=agent_id,
-                    pack_id=pack_id,
-                    session_id=request.session_id,
-                    stage_id=request.stage_id,
-                    generation=number,
-                )
-            )
-            result = plan.result
-            items_by_id = {i.id: i for i in result.items}
-            verified_now = self.pool(agent_id).verified
-            decisions = {}
-            for k, d in result.decisions.items():
-                if plan.kind == "append" and previous_decisions.get(k) is d:
-                    decisions[k] = d  # emitted earlier in this generation: unchanged
-                    continue
-                if d.action in ("compressed", "clipped") and k in items_by_id:
-                    d = msgspec.structs.replace(d, content=items_by_id[k].content)
-                if d.action != "dropped" and k in verified_now:
-                    d = msgspec.structs.replace(d, verified=True)
-                decisions[k] = d
-            static_ids = None
-            if plan.kind == "append" and ctx is not None:
-                static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
-            if group is not None:
-                events.append(
-                    ev.RecallRendered(
-                        at=now,
-                        agent_id=agent_id,
-                        pack_id=pack_id,
-                        memory_ids=group.memory_ids,
-                        skipped=dict(group.skipped),
-                        tokens=group.tokens,
-                        bytes=group.bytes,
-                    )
-                )
-            prompt = compose(
-                result.items,
-                emitted_order=plan.emitted_order,
-                static_ids=static_ids,
-                recall=group.text if group is not None else "",
-                status=(
-                    f"Generation {number} · {result.used}/{request.budget} tokens"
-                    f" · strategy {request.strategy}"
-                ),
-                latest_user_input=latest_user_input,
-            )
-            prev_prompt = rt.last_prompt
-            prompt_bytes = prompt.text.encode("utf-8")
-            expected = (
-                lcp_bytes(prev_prompt.text.encode("utf-8"), prompt_bytes) if prev_prompt else 0
-            )
-            holder_expected["bytes"] = expected
-            changed, retired = decision_delta(previous_decisions, decisions)
-            previous_order = set(gen.order) if plan.kind != "rebuild" else set()
-            appended = tuple(i for i in prompt.order if i not in previous_order)
-            layers: dict[Layer, list[Item]] = {}
-            for item in result.items:
-                layers.setdefault(item.layer, []).append(item)
-            pack = ContextPack(
-                id=pack_id,
-                session_id=request.session_id,
-                stage_id=request.stage_id,
+            record = record_build(
                 agent_id=agent_id,
-                generation=number,
-                layers={k: tuple(v) for k, v in sorted(layers.items())},
-                budget_used=result.used + reserve,
-                budget_limit=request.budget,
-                compression_metadata=result.metadata,
-                decisions=tuple(decisions.values()),
-                overflow=max(0, result.used + reserve - request.budget),
-                counter=result.counter,
-                strategy=request.strategy,
-                prefix_hash=prompt.prefix_hash,
+                plan=plan,
+                request=request,
+                gen=gen,
+                ctx=ctx,
+                stream_version=self.ledger.stream_version(self._stream(agent_id)),
+                reserve=reserve,
+                verified_ids=frozenset(self.pool(agent_id).verified),
+                previous_prompt=rt.last_prompt,
+                group=group,
+                latest_user_input=latest_user_input,
+                force_rebuild=force_rebuild,
             )
-            events.append(
-                ev.ContextPackBuilt(
-                    at=now,
-                    agent_id=agent_id,
-                    pack_id=pack_id,
-                    generation=number,
-                    strategy=request.strategy,
-                    counter=result.counter,
-                    budget_limit=request.budget,
-                    budget_used=pack.budget_used,
-                    reserved=reserve,
-                    overflow=pack.overflow,
-                    decisions=changed,
-                    retired=retired,
-                    order_appended=appended,
-                    selection_hash=selection_hash(decisions),
-                    included_count=sum(d.action != "dropped" for d in decisions.values()),
-                    compression=result.metadata,
-                    prefix_hash=prompt.prefix_hash,
-                    prompt_bytes=len(prompt_bytes),
-                    expected_cached_bytes=expected,
-                    changed_segment=changed_segment(prev_prompt, prompt) if prev_prompt else "",
-                )
-            )
-            message = ""
-            if plan.kind == "rebuild":
-                message = (
-                    f"Context rebuilt · Generation {gen.number} → {number} · Reason: {plan.reason}"
-                )
-            holder["result"] = BuildResult(
-                pack=pack, prompt=prompt, kind=plan.kind, generation=number, message=message
-            )
-            return events
+            holder["result"] = record
+            return list(record.events)
 
         try:
             self._append(agent_id, make)
@@ -746,10 +622,16 @@ class ContextEngine:
         except Exception as exc:
             self._record_aborted(agent_id, request, interrupted=False, reason=_reason(exc))
             raise
-        out = holder["result"]
-        rt.last_prompt = out.prompt
-        rt.last_expected_bytes = holder_expected.get("bytes", 0)
-        return out
+        record = holder["result"]
+        rt.last_prompt = record.prompt
+        rt.last_expected_bytes = record.expected_cached_bytes
+        return BuildResult(
+            pack=record.pack,
+            prompt=record.prompt,
+            kind=record.kind,
+            generation=record.generation,
+            message=record.message,
+        )
 
     def _record_aborted(
         self, agent_id: str, request: BuildRequest, *, interrupted: bool, reason: str
@@ -873,6 +755,7 @@ class ContextEngine:
         new generation (same agent identity) and build its first pack, smaller than before."""
         rt = self._rt(agent_id)
         failed_tokens = self.agent(agent_id).current.tokens_used
+        start = self.agent(agent_id).current.number
         while True:
             if rt.refresh_attempts >= self.settings.max_refreshes:
                 raise RefreshExhaustedError(
@@ -887,7 +770,11 @@ class ContextEngine:
                 agent_id, reason=why, trigger=trigger, failed_tokens=failed_tokens, error=error
             )
             if trigger == "manual" or failed_tokens == 0 or result.pack.budget_used < failed_tokens:
-                return result
+                steps = result.generation - start
+                message = f"Context refreshed · Generation {start} → {result.generation} · Reason: {reason}"
+                if steps > 1:
+                    message += f" ({steps} refreshes to get below {failed_tokens} tokens)"
+                return msgspec.structs.replace(result, message=message)
 
     def _refresh_once(
         self,

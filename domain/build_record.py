@@ -1,0 +1,192 @@
+"""Turns a planned build into what the ledger records: the lifecycle events with the decision
+delta, the ContextPack and the composed prompt. Pure: the same inputs give the same events."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Literal
+
+import msgspec
+
+from ctxledger.domain import events as ev
+from ctxledger.domain.generation_policy import BuildPlan, EmittedContext
+from ctxledger.domain.model import (
+    ContextPack,
+    Decision,
+    Generation,
+    Item,
+    Layer,
+    decision_delta,
+    selection_hash,
+)
+from ctxledger.domain.prefix import changed_segment, lcp_bytes
+from ctxledger.domain.prompt import PromptParts, compose
+from ctxledger.domain.recall import RecallGroup
+from ctxledger.domain.request import BuildRequest
+
+__all__ = ["BuildRecord", "record_build"]
+
+
+class BuildRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """The events of one build and what it produced."""
+
+    events: tuple[ev.Event, ...]
+    pack: ContextPack
+    prompt: PromptParts
+    kind: Literal["initial", "append", "rebuild"]
+    generation: int
+    message: str = ""
+    expected_cached_bytes: int = 0
+
+
+def record_build(
+    *,
+    agent_id: str,
+    plan: BuildPlan,
+    request: BuildRequest,
+    gen: Generation,
+    ctx: EmittedContext | None,
+    stream_version: int,
+    reserve: int,
+    verified_ids: Collection[str],
+    previous_prompt: PromptParts | None,
+    group: RecallGroup | None,
+    latest_user_input: str,
+    force_rebuild: str,
+) -> BuildRecord:
+    """Events for one planned build: GenerationRefreshed (a rebuild), ContextBuildingStarted,
+    RecallRendered (when recall is recorded) and ContextPackBuilt carrying only the decisions
+    that changed since the previous pack of the generation, the GENERATION ids appended, the
+    selection hash and the prompt's cache expectations."""
+    events: list[ev.Event] = []
+    now = request.now
+    number = gen.number
+    previous_decisions = gen.decisions
+    if plan.kind == "rebuild":
+        number = gen.number + 1
+        events.append(
+            ev.GenerationRefreshed(
+                at=now,
+                agent_id=agent_id,
+                kind="rebuild",
+                from_generation=gen.number,
+                to_generation=number,
+                reason=plan.reason,
+                trigger="manual" if force_rebuild else "budget",
+                phase=request.phase,
+                strategy=request.strategy,
+                budget=request.budget,
+                carried=tuple(i for i, d in plan.result.decisions.items() if d.action != "dropped"),
+            )
+        )
+        previous_decisions = {}
+    pack_id = f"{agent_id}/g{number}/v{stream_version + 1}"
+    events.append(
+        ev.ContextBuildingStarted(
+            at=now,
+            agent_id=agent_id,
+            pack_id=pack_id,
+            session_id=request.session_id,
+            stage_id=request.stage_id,
+            generation=number,
+        )
+    )
+    result = plan.result
+    items_by_id = {i.id: i for i in result.items}
+    decisions: dict[str, Decision] = {}
+    for k, d in result.decisions.items():
+        if plan.kind == "append" and previous_decisions.get(k) is d:
+            decisions[k] = d  # emitted earlier in this generation: unchanged
+            continue
+        if d.action in ("compressed", "clipped") and k in items_by_id:
+            d = msgspec.structs.replace(d, content=items_by_id[k].content)
+        if d.action != "dropped" and k in verified_ids:
+            d = msgspec.structs.replace(d, verified=True)
+        decisions[k] = d
+    static_ids = None
+    if plan.kind == "append" and ctx is not None:
+        static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
+    if group is not None:
+        events.append(
+            ev.RecallRendered(
+                at=now,
+                agent_id=agent_id,
+                pack_id=pack_id,
+                memory_ids=group.memory_ids,
+                skipped=dict(group.skipped),
+                tokens=group.tokens,
+                bytes=group.bytes,
+            )
+        )
+    prompt = compose(
+        result.items,
+        emitted_order=plan.emitted_order,
+        static_ids=static_ids,
+        recall=group.text if group is not None else "",
+        status=(
+            f"Generation {number} · {result.used}/{request.budget} tokens"
+            f" · strategy {request.strategy}"
+        ),
+        latest_user_input=latest_user_input,
+    )
+    prev_prompt = previous_prompt
+    prompt_bytes = prompt.text.encode("utf-8")
+    expected = lcp_bytes(prev_prompt.text.encode("utf-8"), prompt_bytes) if prev_prompt else 0
+    changed, retired = decision_delta(previous_decisions, decisions)
+    previous_order = set(gen.order) if plan.kind != "rebuild" else set()
+    appended = tuple(i for i in prompt.order if i not in previous_order)
+    layers: dict[Layer, list[Item]] = {}
+    for item in result.items:
+        layers.setdefault(item.layer, []).append(item)
+    pack = ContextPack(
+        id=pack_id,
+        session_id=request.session_id,
+        stage_id=request.stage_id,
+        agent_id=agent_id,
+        generation=number,
+        layers={k: tuple(v) for k, v in sorted(layers.items())},
+        budget_used=result.used + reserve,
+        budget_limit=request.budget,
+        compression_metadata=result.metadata,
+        decisions=tuple(decisions.values()),
+        overflow=max(0, result.used + reserve - request.budget),
+        counter=result.counter,
+        strategy=request.strategy,
+        prefix_hash=prompt.prefix_hash,
+    )
+    events.append(
+        ev.ContextPackBuilt(
+            at=now,
+            agent_id=agent_id,
+            pack_id=pack_id,
+            generation=number,
+            strategy=request.strategy,
+            counter=result.counter,
+            budget_limit=request.budget,
+            budget_used=pack.budget_used,
+            reserved=reserve,
+            overflow=pack.overflow,
+            decisions=changed,
+            retired=retired,
+            order_appended=appended,
+            selection_hash=selection_hash(decisions),
+            included_count=sum(d.action != "dropped" for d in decisions.values()),
+            compression=result.metadata,
+            prefix_hash=prompt.prefix_hash,
+            prompt_bytes=len(prompt_bytes),
+            expected_cached_bytes=expected,
+            changed_segment=changed_segment(prev_prompt, prompt) if prev_prompt else "",
+        )
+    )
+    message = ""
+    if plan.kind == "rebuild":
+        message = f"Context rebuilt · Generation {gen.number} → {number} · Reason: {plan.reason}"
+    return BuildRecord(
+        events=tuple(events),
+        pack=pack,
+        prompt=prompt,
+        kind=plan.kind,
+        generation=number,
+        message=message,
+        expected_cached_bytes=expected,
+    )
