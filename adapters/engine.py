@@ -208,8 +208,9 @@ class ContextEngine:
 
     # --- appending ------------------------------------------------------------------------------
 
-    def _append(self, agent_id: str, make: Callable[[], list[ev.Event]]) -> list[ev.Event]:
-        """Decide (``make``) and append atomically; on a conflict re-read and decide again."""
+    def _append(self, agent_id: str, make: Callable[[int], list[ev.Event]]) -> list[ev.Event]:
+        """Decide (``make``, given the stream version it decides at) and append atomically; on
+        a conflict re-read and decide again."""
         stream = self._stream(agent_id)
 
         def attempt() -> list[ev.Event]:
@@ -218,7 +219,7 @@ class ContextEngine:
             # never a silent interleave of two processes' decisions.
             version = self.ledger.stream_version(stream)
             self.runner.catch_up()
-            events = make()
+            events = make(version)
             if not events:
                 return []
             self.ledger.append(stream, events, expected_version=version)
@@ -306,7 +307,7 @@ class ContextEngine:
         if it.source == Source.RECALLED_MEMORY:
             raise InvalidInputError("recalled_memory is rendered by recall, never recorded")
         self._append(
-            agent_id, lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=it)]
+            agent_id, lambda _version: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=it)]
         )
         return it
 
@@ -316,7 +317,9 @@ class ContextEngine:
         ready = [i if i.token_count or not i.content else self._sized(i) for i in items]
         self._append(
             agent_id,
-            lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready],
+            lambda _version: [
+                ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready
+            ],
         )
 
     def add_steering_note(self, agent_id: str, text: str, *, stage: str = "") -> Item:
@@ -333,7 +336,8 @@ class ContextEngine:
             observed_at=None,
         )
         self._append(
-            agent_id, lambda: [ev.SteeringNoteAdded(at=self._now(), agent_id=agent_id, item=item)]
+            agent_id,
+            lambda _version: [ev.SteeringNoteAdded(at=self._now(), agent_id=agent_id, item=item)],
         )
         return item
 
@@ -347,14 +351,18 @@ class ContextEngine:
         self._known_item(agent_id, item_id)
         self._append(
             agent_id,
-            lambda: [ev.ItemPinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
+            lambda _version: [
+                ev.ItemPinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)
+            ],
         )
 
     def unpin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
         self._known_item(agent_id, item_id)
         self._append(
             agent_id,
-            lambda: [ev.ItemUnpinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
+            lambda _version: [
+                ev.ItemUnpinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)
+            ],
         )
 
     def remove(self, agent_id: str, item_id: str, *, reason: str = "manual") -> None:
@@ -363,7 +371,7 @@ class ContextEngine:
             raise InvalidInputError(f"item {item_id!r} is pinned or mandatory; unpin it first")
         self._append(
             agent_id,
-            lambda: [
+            lambda _version: [
                 ev.ItemRemoved(at=self._now(), agent_id=agent_id, item_id=item_id, reason=reason)
             ],
         )
@@ -377,7 +385,7 @@ class ContextEngine:
             raise InvalidInputError("recalled memory cannot be verified as a fact")
         self._append(
             agent_id,
-            lambda: [
+            lambda _version: [
                 ev.FindingVerified(
                     at=self._now(), agent_id=agent_id, item_id=item_id, by=by, evidence=evidence
                 )
@@ -431,7 +439,7 @@ class ContextEngine:
         report = self._sized(report)
         self._append(
             worker.parent,
-            lambda: [ev.ItemRecorded(at=self._now(), agent_id=worker.parent, item=report)],
+            lambda _version: [ev.ItemRecorded(at=self._now(), agent_id=worker.parent, item=report)],
         )
         return report
 
@@ -580,7 +588,7 @@ class ContextEngine:
         holder: dict[str, BuildRecord] = {}
         group = self._recall_group(agent_id, request.now)
 
-        def make() -> list[ev.Event]:
+        def make(version: int) -> list[ev.Event]:
             ag = self.agent(agent_id)
             gen = ag.current
             ctx = self._emitted_context(agent_id)
@@ -601,7 +609,7 @@ class ContextEngine:
                 request=request,
                 gen=gen,
                 ctx=ctx,
-                stream_version=self.ledger.stream_version(self._stream(agent_id)),
+                stream_version=version,
                 reserve=reserve,
                 verified_ids=frozenset(self.pool(agent_id).verified),
                 previous_prompt=rt.last_prompt,
@@ -703,7 +711,7 @@ class ContextEngine:
             output_tokens=u.output_tokens,
             expected_cached_tokens=expected,
         )
-        self._append(agent_id, lambda: [event])
+        self._append(agent_id, lambda _version: [event])
         return event
 
     def turn_succeeded(self, agent_id: str) -> None:
@@ -734,7 +742,7 @@ class ContextEngine:
             code=verdict.code,
             message=verdict.message,
         )
-        self._append(agent_id, lambda: [failed])
+        self._append(agent_id, lambda _version: [failed])
         if verdict.error_class != "context_limit":
             return TurnErrorOutcome(error=verdict, refreshed=False)
         reason = f"context-limit error{' from ' + verdict.provider if verdict.provider else ''}"
@@ -821,7 +829,7 @@ class ContextEngine:
             carried=carried,
             dropped=dropped,
         )
-        self._append(agent_id, lambda: [refreshed])
+        self._append(agent_id, lambda _version: [refreshed])
         rt.last_prompt = None
         new_request = msgspec.structs.replace(
             request, budget=min(request.budget, cap), now=self._now()
