@@ -79,6 +79,9 @@ def normalize_usage(raw: Mapping[str, Any]) -> Usage:
       ``cache_creation_input_tokens`` (write), ``output_tokens``.
     - OpenAI Responses: ``input_tokens`` *including* ``input_tokens_details.cached_tokens``,
       ``output_tokens``; input = input_tokens - cached.
+    - Anthropic through LiteLLM (OpenAI field names): ``prompt_tokens`` *including*
+      ``cache_read_input_tokens`` and ``cache_creation_input_tokens``, ``completion_tokens``;
+      input = prompt_tokens - read - write.
     - OpenAI Chat Completions: ``prompt_tokens`` *including*
       ``prompt_tokens_details.cached_tokens``, ``completion_tokens``; input = prompt_tokens -
       cached. OpenAI reports no cache writes.
@@ -112,6 +115,20 @@ def normalize_usage(raw: Mapping[str, Any]) -> Usage:
             cache_write_tokens=_count(raw, "cache_creation_input_tokens", required=False),
             output_tokens=_count(raw, "output_tokens", required=False),
         )
+    if "prompt_tokens" in raw and (
+        "cache_read_input_tokens" in raw or "cache_creation_input_tokens" in raw
+    ):
+        total = _count(raw, "prompt_tokens", required=True)
+        read = _count(raw, "cache_read_input_tokens", required=False)
+        write = _count(raw, "cache_creation_input_tokens", required=False)
+        if total >= read + write:
+            return Usage(
+                provider="anthropic",
+                input_tokens=total - read - write,
+                cache_read_tokens=read,
+                cache_write_tokens=write,
+                output_tokens=_count(raw, "completion_tokens", required=False),
+            )
     if "prompt_tokens" in raw:
         total = _count(raw, "prompt_tokens", required=True)
         cached = _count(_details(raw, "prompt_tokens_details"), "cached_tokens", required=False)

@@ -119,45 +119,15 @@ def parse_time(value: Any) -> datetime | None:
 
 
 def recorded_usage(raw: Any) -> RecordedUsage | None:
-    """The provider usage of one call, or ``None`` when absent or unreadable.
-
-    LiteLLM's wrapping of Anthropic usage reports ``prompt_tokens`` *including*
-    ``cache_read_input_tokens`` and ``cache_creation_input_tokens``; it is split here so
-    that cache writes are not counted as uncached input. Other shapes go through
-    :func:`ctxledger.domain.usage.normalize_usage` (Anthropic, OpenAI, DeepSeek)."""
+    """The provider usage of one call (any shape :func:`ctxledger.domain.usage.normalize_usage`
+    reads, LiteLLM-wrapped Anthropic included), or ``None`` when absent or unreadable."""
     usage = as_mapping(raw)
-    if isinstance(usage.get("usage"), Mapping):
-        usage = usage["usage"]
     if not usage:
         return None
-    prompt = as_int(usage.get("prompt_tokens"))
-    read = as_int(usage.get("cache_read_input_tokens"))
-    write = as_int(usage.get("cache_creation_input_tokens"))
-    if (
-        prompt is not None
-        and "prompt_cache_hit_tokens" not in usage
-        and (read is not None or write is not None)
-    ):
-        r, w = max(read or 0, 0), max(write or 0, 0)
-        if prompt >= r + w:
-            return RecordedUsage(
-                provider="anthropic",
-                input_tokens=prompt - r - w,
-                cache_read_tokens=r,
-                cache_write_tokens=w,
-                output_tokens=max(as_int(usage.get("completion_tokens")) or 0, 0),
-            )
     try:
-        u = normalize_usage(usage)
+        return normalize_usage(usage)
     except InvalidInputError:
         return None
-    return RecordedUsage(
-        provider=u.provider,
-        input_tokens=u.input_tokens,
-        cache_read_tokens=u.cache_read_tokens,
-        cache_write_tokens=u.cache_write_tokens,
-        output_tokens=u.output_tokens,
-    )
 
 
 _PLACEHOLDERS = re.compile(

@@ -7,25 +7,17 @@ from typing import Literal
 
 import msgspec
 
+from ctxledger.domain.usage import Usage
+
 __all__ = ["FORMATS", "Format", "RecordedUsage", "Step", "Trajectory"]
 
 Format = Literal["swe-agent", "mini-swe-agent", "openhands"]
 FORMATS: tuple[Format, ...] = ("swe-agent", "mini-swe-agent", "openhands")
 
 
-class RecordedUsage(msgspec.Struct, frozen=True, kw_only=True):
-    """Provider usage recorded by the original run for one model call (``input_tokens`` is
-    the uncached input, as in :class:`ctxledger.domain.usage.Usage`)."""
-
-    provider: str
-    input_tokens: int
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    output_tokens: int = 0
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+RecordedUsage = Usage
+"""Provider usage recorded by the original run for one model call: the engine's own
+normalised :class:`~ctxledger.domain.usage.Usage` (``input_tokens`` is the uncached input)."""
 
 
 class Step(msgspec.Struct, frozen=True, kw_only=True):

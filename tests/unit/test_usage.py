@@ -188,3 +188,25 @@ def test_usage_hit_rate_and_prompt_tokens() -> None:
     u = normalize_usage(ANTHROPIC_MESSAGE)
     assert u.prompt_tokens == 214 + 6144 + 1536
     assert u.hit_rate == pytest.approx(6144 / 7894)
+
+
+def test_litellm_wrapped_anthropic_usage_splits_cache_writes_from_input() -> None:
+    """LiteLLM reports Anthropic usage with OpenAI names; prompt_tokens includes the cache
+    read and write tokens (seen in the shared OpenHands trajectory)."""
+    from ctxledger.domain.usage import normalize_usage
+
+    u = normalize_usage(
+        {
+            "prompt_tokens": 3439,
+            "completion_tokens": 120,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 3435,
+        }
+    )
+    assert (u.provider, u.input_tokens, u.cache_read_tokens, u.cache_write_tokens) == (
+        "anthropic",
+        4,
+        0,
+        3435,
+    )
+    assert u.output_tokens == 120
