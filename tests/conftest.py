@@ -85,3 +85,18 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 StoreFactory = Callable[[], str]
+
+
+SHARED_TRAJECTORIES = Path(__file__).resolve().parents[2] / "shared" / "trajectories"
+"""Real third-party agent runs beside the repository (``../shared/trajectories``)."""
+
+
+@pytest.fixture(scope="session")
+def shared_trajectories() -> Path:
+    """``../shared/trajectories``: skipped with a reason when absent, a failure under CI=true."""
+    if not SHARED_TRAJECTORIES.is_dir():
+        reason = f"shared trajectories not found at {SHARED_TRAJECTORIES}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{reason} (CI=true: they must be present)")
+        pytest.skip(reason)
+    return SHARED_TRAJECTORIES

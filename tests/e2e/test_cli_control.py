@@ -4,17 +4,9 @@ readers refuse a missing store instead of creating an empty one."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
-CLI = [sys.executable, "-m", "ctxledger.adapters.cli"]
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=120
-    )
+from tests.e2e._cli import run
 
 
 def test_controls_append_events_and_keep_the_audit_clean(tmp_path: Path) -> None:

@@ -3,39 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-CLI = [sys.executable, "-m", "ctxledger.adapters.cli"]
+from tests.e2e._cli import run
+
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trajectories"
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "trajectories"
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args],
-        check=False,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ},
-    )
 
 
 @pytest.fixture(scope="module")
-def shared() -> Path:
-    if not SHARED.is_dir():
-        reason = f"shared trajectories not found at {SHARED}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (CI=true: they must be present)")
-        pytest.skip(reason)
-    return SHARED
+def shared(shared_trajectories: Path) -> Path:
+    return shared_trajectories
 
 
 def _one_line_error(out: subprocess.CompletedProcess[str]) -> str:

@@ -3,24 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
-CLI = [sys.executable, "-m", "ctxledger.adapters.cli"]
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args],
-        check=False,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ},
-    )
+from tests.e2e._cli import run
 
 
 def test_demo_then_replay_verify_is_equal(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ import selectors
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +28,7 @@ from ctxledger.domain import events as ev
 from ctxledger.domain.model import Generation, Layer, Source
 from ctxledger.projections.cache_stats import CacheStats
 from ctxledger.projections.generations import Generations
+from tests.e2e._cli import CLI, run
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -46,7 +46,6 @@ CHROMIUM_ARGS = [
 ]
 ROOT = Path(__file__).resolve().parents[2]
 IMG = ROOT / "docs" / "img"
-CLI = [sys.executable, "-m", "ctxledger.adapters.cli"]
 AGENT = "primary-1"
 STORE = "sqlite:///demo.db"
 
@@ -85,16 +84,10 @@ def page(browser: Browser) -> Iterator[Page]:
         context.close()
 
 
-def run_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args], check=False, cwd=cwd, capture_output=True, text=True, timeout=120
-    )
-
-
 @pytest.fixture
 def demo(tmp_path: Path) -> Path:
     """A fresh demo store (demo.db, catalog.db, demo workspace) in its own folder."""
-    out = run_cli("demo", "--path", "demo.db", "--json", cwd=tmp_path)
+    out = run("demo", "--path", "demo.db", "--json", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert (tmp_path / "demo.db").is_file()
     return tmp_path
@@ -372,7 +365,7 @@ def test_screenshots_of_each_page_on_the_demo_store(
 
 
 def test_serve_refuses_a_missing_ledger_in_one_line(tmp_path: Path) -> None:
-    out = run_cli("serve", "--store", "sqlite:///missing.db", "--port", "0", cwd=tmp_path)
+    out = run("serve", "--store", "sqlite:///missing.db", "--port", "0", cwd=tmp_path)
     assert out.returncode == 1
     assert out.stderr.startswith("ctxledger: error: sqlite:///missing.db")
     assert out.stderr.count("\n") == 1
@@ -382,7 +375,7 @@ def test_serve_refuses_a_missing_ledger_in_one_line(tmp_path: Path) -> None:
 def test_serve_reports_a_taken_port_in_one_line(demo: Path) -> None:
     with serving(demo) as base:
         port = base.rsplit(":", 1)[1]
-        out = run_cli("serve", "--store", STORE, "--port", port, cwd=demo)
+        out = run("serve", "--store", STORE, "--port", port, cwd=demo)
     assert out.returncode == 1
     assert f"cannot listen on 127.0.0.1:{port}" in out.stderr
     assert out.stderr.count("\n") == 1

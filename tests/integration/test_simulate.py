@@ -7,7 +7,6 @@ by default; it writes one SQLite ledger per run and checks replay --verify and a
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from ctxledger.adapters.cli import main
 from ctxledger.adapters.simulate import SimulationReport, compare, simulate
 from ctxledger.domain.strategies import strategy_names
 
-SHARED = Path(__file__).resolve().parents[3] / "shared" / "trajectories"
 FILES = (
     "swe-agent__gpt4__pydicom-1458.traj",
     "mini-swe-agent__deepseek-chat__django-14997.traj.json",
@@ -26,16 +24,11 @@ CONFIGS: tuple[tuple[int, int | None], ...] = ((8000, 12000), (32000, None))
 
 
 @pytest.fixture(scope="module")
-def shared() -> Path:
-    if not SHARED.is_dir():
-        reason = f"shared trajectories not found at {SHARED}"
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{reason} (CI=true: they must be present)")
-        pytest.skip(reason)
-    missing = [f for f in FILES if not (SHARED / f).is_file()]
+def shared(shared_trajectories: Path) -> Path:
+    missing = [f for f in FILES if not (shared_trajectories / f).is_file()]
     if missing:
         pytest.fail(f"missing shared trajectories: {', '.join(missing)}")
-    return SHARED
+    return shared_trajectories
 
 
 def _cli_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
