@@ -6,13 +6,23 @@ import enum
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, assert_never
 
 import typer
 from rich.console import Console
 
-from ctxledger.adapters.engine import ContextEngine
-from ctxledger.adapters.ledger import open_ledger
+from ctxledger.adapters.bootstrap import open_engine
+from ctxledger.adapters.controls import (
+    Control,
+    Pin,
+    Promote,
+    Rebuild,
+    Refresh,
+    Remove,
+    Unpin,
+    Verify,
+    apply_control,
+)
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.domain.errors import InvalidInputError
@@ -33,6 +43,28 @@ class Action(enum.StrEnum):
 
 
 _NEEDS_ITEM = {Action.pin, Action.unpin, Action.remove, Action.verify, Action.promote}
+BY = "cli"
+
+
+def _control(action: Action, agent: str, item: str, reason: str) -> Control:
+    """The control struct of the command line's arguments."""
+    match action:
+        case Action.pin:
+            return Pin(agent_id=agent, item_id=item, by=BY)
+        case Action.unpin:
+            return Unpin(agent_id=agent, item_id=item, by=BY)
+        case Action.remove:
+            return Remove(agent_id=agent, item_id=item, reason=reason)
+        case Action.verify:
+            return Verify(agent_id=agent, item_id=item, by=BY)
+        case Action.promote:
+            return Promote(agent_id=agent, item_id=item)
+        case Action.refresh:
+            return Refresh(agent_id=agent, reason=reason)
+        case Action.rebuild:
+            return Rebuild(agent_id=agent, reason=reason)
+        case _:
+            assert_never(action)
 
 
 def control(
@@ -60,30 +92,21 @@ def control(
         raise InvalidInputError(f"{action.value} takes no ITEM_ID")
     if action is Action.promote and catalog is None:
         raise InvalidInputError("promote needs --catalog PATH")
+    command = _control(action, agent, item, reason)
     cat = MemoryCatalog.open(catalog) if catalog is not None else None
     try:
-        engine = ContextEngine(
-            open_ledger(store, must_exist=True),
-            memory=ProjectMemory(cat) if cat is not None else None,
+        engine = open_engine(
+            store, must_exist=True, memory=ProjectMemory(cat) if cat is not None else None
         )
         try:
             engine.agent(agent)
             before = engine.ledger.max_position()
+            outcome = apply_control(engine, command)
             result: dict[str, Any] = {"action": action.value, "agent": agent}
-            if action is Action.pin:
-                engine.pin(agent, item, by="cli")
-            elif action is Action.unpin:
-                engine.unpin(agent, item, by="cli")
-            elif action is Action.remove:
-                engine.remove(agent, item, reason=reason)
-            elif action is Action.verify:
-                engine.verify_finding(agent, item, by="cli")
-            elif action is Action.promote:
-                result["memory_id"] = engine.promote(agent, item)
-            elif action is Action.refresh:
-                result["message"] = engine.refresh(agent, reason=reason).message
-            else:
-                result["message"] = engine.rebuild(agent, reason=reason).message
+            if outcome.memory_id is not None:
+                result["memory_id"] = outcome.memory_id
+            if outcome.message is not None:
+                result["message"] = outcome.message
             result["generation"] = engine.agent(agent).current.number
             result["events"] = engine.ledger.max_position() - before
         finally:

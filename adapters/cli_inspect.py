@@ -9,12 +9,16 @@ from typing import Annotated, Any
 import msgspec
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from ctxledger.adapters.ledger import Ledger, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.rederive import RederiveReport, rederive
 from ctxledger.domain.errors import CtxLedgerError, UnknownAgentError
+from ctxledger.projections.audit import Violation
 from ctxledger.projections.audit import audit as audit_records
+from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.generations import Generations
 from ctxledger.projections.inspector import ContextView, ItemView, diff_generations, inspect_agent
 
@@ -37,17 +41,17 @@ def _json(obj: Any) -> None:
     sys.stdout.write(json.dumps(msgspec.to_builtins(obj), sort_keys=True) + "\n")
 
 
-def read_states(ledger: Ledger) -> dict[str, Any]:
+def read_states(ledger: Ledger) -> ReadModels:
     """The read models as of the end of the log (persisted ones plus the tail folded)."""
     runner = ProjectionRunner(ledger)
     runner.catch_up()
-    return runner.states
+    return runner.models
 
 
-def _default_agent(states: dict[str, Any], agent: str) -> str:
+def _default_agent(states: ReadModels, agent: str) -> str:
     if agent:
         return agent
-    gens: Generations = states["generations"]
+    gens: Generations = states.generations
     if not gens.by_agent:
         raise UnknownAgentError("the ledger has no agents")
     return next(iter(gens.by_agent))
@@ -96,6 +100,13 @@ def _print_view(view: ContextView) -> None:
         f"usage  [{'█' * filled}{'·' * (bar_width - filled)}] {view.used}/{view.budget} tokens "
         f"({view.utilization:.0%}) · strategy {view.strategy} · builds {view.builds}"
         + (f" · [red]overflow {view.overflow}[/red]" if view.overflow else "")
+    )
+    cfg = view.settings
+    console.print(
+        f"settings · strategy {cfg.strategy} · budget {cfg.budget or view.agent.budget} · "
+        f"watermark {cfg.watermark} · recall {'on' if cfg.recall else 'off'} · latest step "
+        f"{'kept' if cfg.latest_step else 'not forced'}"
+        + (f" · [yellow]building {view.building}[/yellow]" if view.building else "")
     )
     comp = Table(title="composition (tokens)", title_justify="left")
     comp.add_column("by layer")
@@ -151,7 +162,7 @@ def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> N
     """Every generation of an agent with the reason for each rebuild or refresh."""
     with open_ledger(store, must_exist=True) as ledger:
         states = read_states(ledger)
-    gens: Generations = states["generations"]
+    gens: Generations = states.generations
     ag = gens.by_agent.get(agent)
     if ag is None:
         raise UnknownAgentError(f"unknown agent {agent[:80]!r}")
@@ -229,15 +240,70 @@ def diff(
         console.print(_items_table(f"{title} ({len(rows)})", rows, excluded=title == "left"))
 
 
-def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
+RederiveOpt = Annotated[
+    bool,
+    typer.Option(
+        "--rederive",
+        help="Also re-run the planner for every recorded build and compare its selection.",
+    ),
+]
+
+
+def audit(store: StoreOpt, as_json: JsonOpt = False, rederive_builds: RederiveOpt = False) -> None:
     """Replay the whole log and check every invariant; exit 1 listing each violation."""
     with open_ledger(store, must_exist=True) as ledger:
         records = [(r.position, r.event) for r in ledger.read_all()]
+        report = _rederive(ledger, len(records), quiet=as_json) if rederive_builds else None
     violations = audit_records(records)
     if as_json:
-        _json({"events": len(records), "violations": violations, "clean": not violations})
-    elif not violations:
-        console.print(f"audit clean · {len(records)} events")
+        if report is not None:
+            _json(
+                {
+                    "events": len(records),
+                    "violations": violations,
+                    "clean": not violations and not report.mismatches,
+                    "builds": report.builds,
+                    "rederived": report.rederived,
+                    "mismatches": report.mismatches,
+                    "not_rederivable": report.not_rederivable,
+                    "mismatch_details": report.mismatch_details,
+                    "not_rederivable_reasons": report.not_rederivable_reasons,
+                }
+            )
+        else:
+            _json({"events": len(records), "violations": violations, "clean": not violations})
+    else:
+        _print_audit(len(records), violations, report)
+    if violations:
+        first = violations[0]
+        raise AuditFailedError(
+            f"{len(violations)} violations; first at position {first.position}: "
+            f"{first.rule} {first.detail}".strip()
+        )
+    if report is not None and report.mismatches:
+        m = report.mismatch_details[0]
+        raise AuditFailedError(
+            f"{report.mismatches} builds re-derive differently; first: agent {m.agent_id} "
+            f"generation {m.generation} ({m.pack_id}): {m.first_difference}"
+        )
+
+
+def _rederive(ledger: Ledger, total: int, *, quiet: bool) -> RederiveReport:
+    with Progress(
+        TextColumn("re-deriving builds"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=Console(stderr=True),
+        disable=quiet or not sys.stderr.isatty(),
+        transient=True,
+    ) as bar:
+        task = bar.add_task("events", total=total)
+        return rederive(ledger.read_all(), on_event=lambda _pos: bar.advance(task))
+
+
+def _print_audit(events: int, violations: list[Violation], report: RederiveReport | None) -> None:
+    if not violations:
+        console.print(f"audit clean · {events} events")
     else:
         t = Table(title=f"audit · {len(violations)} violations")
         for col in ("position", "rule", "agent", "detail"):
@@ -245,9 +311,18 @@ def audit(store: StoreOpt, as_json: JsonOpt = False) -> None:
         for v in violations:
             t.add_row(str(v.position), v.rule, v.agent_id, v.detail)
         console.print(t)
-    if violations:
-        first = violations[0]
-        raise AuditFailedError(
-            f"{len(violations)} violations; first at position {first.position}: "
-            f"{first.rule} {first.detail}".strip()
-        )
+    if report is None:
+        return
+    console.print(
+        f"re-derived {report.rederived} of {report.builds} builds · "
+        f"{report.mismatches} mismatches · {report.not_rederivable} not re-derivable"
+    )
+    for why, n in sorted(report.not_rederivable_reasons.items()):
+        console.print(f"  not re-derivable: {n} × {why}")
+    if report.mismatch_details:
+        t = Table(title="builds that re-derive differently")
+        for col in ("position", "agent", "generation", "first differing decision"):
+            t.add_column(col, overflow="fold")
+        for m in report.mismatch_details:
+            t.add_row(str(m.position), m.agent_id, str(m.generation), m.first_difference)
+        console.print(t)

@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.adapters.project_memory import ProjectMemory
@@ -45,7 +46,7 @@ def _open(catalog: Path, *, create: bool = False) -> MemoryCatalog:
 
 @contextmanager
 def _engine(store: str, catalog: MemoryCatalog) -> Iterator[ContextEngine]:
-    engine = ContextEngine.open(store, memory=ProjectMemory(catalog))
+    engine = open_engine(store, memory=ProjectMemory(catalog))
     try:
         yield engine
     finally:

@@ -13,13 +13,13 @@ from typing import Any
 import msgspec
 from rich.console import Console
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.freshness import GitWorktreeProbe
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.adapters.project_memory import ProjectMemory
-from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain.model import AgentIdentity, Durability, Layer, Source
 from ctxledger.domain.recall import RecallSettings
 from ctxledger.projections.audit import audit
@@ -102,9 +102,8 @@ def run_demo(path: Path, *, console: Console, as_json: bool = False) -> dict[str
         settings=RecallSettings(enabled=True),
         probe_for=lambda agent: GitWorktreeProbe(agent.workspace),
     )
-    engine = ContextEngine(
-        open_ledger(url),
-        counter=default_counter(),
+    engine = open_engine(
+        url,
         clock=SteppingClock(START, timedelta(seconds=7)),
         settings=EngineSettings(session_id="demo"),
         memory=memory,

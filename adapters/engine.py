@@ -1,15 +1,18 @@
-"""ContextEngine: the composition root. Wires ledger, tokenizer, clock and policies.
+"""ContextEngine: a thin facade over the ledger. Every use case reads the folded log, decides
+with a pure function and appends what it decided; nothing that decides a build lives outside
+the log (settings, the previous prompt, the refresh count and the window are all folded).
 
-Every public call turns into events appended to the agent's stream (optimistic concurrency:
-a conflict re-reads the log and decides again), and every answer is computed from read models
-that replay rebuilds exactly.
+Builds are recorded in two commits: ``ContextBuildingStarted`` with the whole request, then
+the outcome (``ContextPackBuilt``, ``ContextBuildingFailed`` or ``ContextBuildingInterrupted``),
+planned on exactly the state at the Started, so ``audit --rederive`` can re-run every build.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
+import random
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
@@ -22,22 +25,24 @@ from ctxledger.adapters.project_memory import ProjectMemory, memory_stream
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
-from ctxledger.domain.build_record import BuildRecord, record_build
+from ctxledger.domain.build_policy import (
+    BuildQuery,
+    Overrides,
+    latest_step_ids,
+    next_refresh_attempt,
+    refresh_made_progress,
+    resolve_request,
+    validate_settings,
+)
+from ctxledger.domain.build_record import build_started
 from ctxledger.domain.compression import compress_report
 from ctxledger.domain.errors import (
     ConflictError,
     CtxLedgerError,
     InvalidInputError,
-    RefreshExhaustedError,
     UnknownAgentError,
 )
-from ctxledger.domain.generation_policy import (
-    DEFAULT_WATERMARK,
-    EmittedContext,
-    plan_build,
-    refresh_split,
-    shrink_cap,
-)
+from ctxledger.domain.generation_policy import refresh_split, shrink_cap
 from ctxledger.domain.model import (
     AgentIdentity,
     ContextPack,
@@ -53,12 +58,15 @@ from ctxledger.domain.prompt import PromptParts, compose, render_item
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.render import to_anthropic, to_openai
 from ctxledger.domain.request import BuildRequest, Scope
-from ctxledger.domain.strategies import get_strategy
+from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
+from ctxledger.projections.build_view import build_view, decide_build
+from ctxledger.projections.catalog import ReadModels
+from ctxledger.projections.context_state import ContextStates
 from ctxledger.projections.generations import AgentGenerations, Generations
 from ctxledger.projections.inspector import InspectorState
-from ctxledger.projections.pool import AgentPool, Pool, verified_form
+from ctxledger.projections.pool import AgentPool, Pool
 
 __all__ = [
     "BuildResult",
@@ -66,13 +74,12 @@ __all__ = [
     "EngineSettings",
     "SystemClock",
     "TurnErrorOutcome",
-    "retry_on_conflict",
 ]
 
 
 @dataclasses.dataclass(frozen=True)
 class EngineSettings:
-    """Frozen engine configuration."""
+    """Frozen engine configuration (per-agent settings are events: ``configure``)."""
 
     session_id: str = "default"
     watermark: float = DEFAULT_WATERMARK
@@ -81,12 +88,14 @@ class EngineSettings:
     save_every: int = 500
 
 
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"[:300]
-
-
+_ABANDONED = "process ended before the build finished"
+_SUPERSEDED = "superseded: the agent's stream moved during the build"
 _JOIN_SLACK = 4
 """Tokens of margin for BPE merges where rendered blocks are joined."""
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,32 +117,12 @@ class TurnErrorOutcome(msgspec.Struct, frozen=True, kw_only=True):
     result: BuildResult | None = None
 
 
-def retry_on_conflict(
-    fn: Callable[[], Any], *, attempts: int, on_conflict: Callable[[], object]
-) -> Any:
-    """Run *fn*; on ConflictError call *on_conflict* (re-read) and retry, up to *attempts*."""
-    for attempt in range(attempts):
-        try:
-            return fn()
-        except ConflictError:
-            if attempt == attempts - 1:
-                raise
-            on_conflict()
-    return None  # pragma: no cover - loop always returns or raises
-
-
-@dataclasses.dataclass
-class _AgentRuntime:
-    """In-memory cache of the last prompt of an agent (rebuilt lazily after a restart)."""
-
-    last_prompt: PromptParts | None = None
-    last_request: BuildRequest | None = None
-    last_expected_bytes: int = 0
-    refresh_attempts: int = 0
+class _Superseded(Exception):
+    """The build's Started was closed or passed by another append: start it again."""
 
 
 class ContextEngine:
-    """The context engine for one ledger."""
+    """The context engine for one ledger (open it with ``adapters.bootstrap.open_engine``)."""
 
     def __init__(
         self,
@@ -143,19 +132,20 @@ class ContextEngine:
         clock: Clock | None = None,
         settings: EngineSettings | None = None,
         memory: ProjectMemory | None = None,
+        runner: ProjectionRunner | None = None,
     ) -> None:
         self.ledger = ledger
         self.memory = memory
         self.counter = counter or default_counter()
         self.clock = clock or SystemClock()
         self.settings = settings or EngineSettings()
-        self.runner = ProjectionRunner(ledger)
-        self.runner.run_once()
+        self._runner = runner
         self._since_save = 0
-        self._runtime: dict[str, _AgentRuntime] = {}
 
     @classmethod
     def open(cls, url: str, **kwargs: Any) -> ContextEngine:
+        """An engine over the ledger at *url* (read models load on first use); entry points
+        use ``adapters.bootstrap.open_engine``."""
         return cls(open_ledger(url), **kwargs)
 
     def close(self) -> None:
@@ -170,6 +160,14 @@ class ContextEngine:
 
     # --- read models ----------------------------------------------------------------------------
 
+    @property
+    def runner(self) -> ProjectionRunner:
+        """The read models, loaded and caught up on first use (never in the constructor)."""
+        if self._runner is None:
+            self._runner = ProjectionRunner(self.ledger)
+            self._runner.run_once()
+        return self._runner
+
     def catch_up(self) -> None:
         """Fold events other processes appended since we last looked."""
         self.runner.catch_up()
@@ -181,58 +179,33 @@ class ContextEngine:
         self._since_save = 0
 
     @property
-    def states(self) -> dict[str, Any]:
-        return self.runner.states
+    def states(self) -> ReadModels:
+        """The read models at the last catch-up (a typed snapshot)."""
+        return self.runner.models
 
     def agent(self, agent_id: str) -> AgentGenerations:
-        gens: Generations = self.states["generations"]
+        gens: Generations = self.states.generations
         found = gens.by_agent.get(agent_id)
         if found is None:
             raise UnknownAgentError(f"unknown agent {agent_id[:80]!r}")
         return found
 
     def pool(self, agent_id: str) -> AgentPool:
-        pool: Pool = self.states["pool"]
+        pool: Pool = self.states.pool
         return pool.by_agent.get(agent_id, AgentPool())
+
+    def building(self, agent_id: str) -> str:
+        """The pack id of the agent's build in flight (``""``: none)."""
+        cs: ContextStates = self.states.context_state
+        return cs.building_pack(agent_id)
 
     def _stream(self, agent_id: str) -> str:
         session = self.settings.session_id
-        gens: Generations = self.states["generations"]
+        gens: Generations = self.states.generations
         ag = gens.by_agent.get(agent_id)
         if ag is not None and ag.agent.session_id:
             session = ag.agent.session_id
         return stream_id_for(session, agent_id)
-
-    def _rt(self, agent_id: str) -> _AgentRuntime:
-        return self._runtime.setdefault(agent_id, _AgentRuntime())
-
-    # --- appending ------------------------------------------------------------------------------
-
-    def _append(self, agent_id: str, make: Callable[[int], list[ev.Event]]) -> list[ev.Event]:
-        """Decide (``make``, given the stream version it decides at) and append atomically; on
-        a conflict re-read and decide again."""
-        stream = self._stream(agent_id)
-
-        def attempt() -> list[ev.Event]:
-            # The version first, then catch up, then decide: the decision rests on every event
-            # up to that version, so a stream another process moved meanwhile is a conflict,
-            # never a silent interleave of two processes' decisions.
-            version = self.ledger.stream_version(stream)
-            self.runner.catch_up()
-            events = make(version)
-            if not events:
-                return []
-            self.ledger.append(stream, events, expected_version=version)
-            self.runner.catch_up()
-            return events
-
-        result: list[ev.Event] = retry_on_conflict(
-            attempt, attempts=self.settings.conflict_retries, on_conflict=self.runner.catch_up
-        )
-        self._since_save += len(result)
-        if self._since_save >= self.settings.save_every:
-            self.checkpoint()
-        return result
 
     def _now(self) -> datetime:
         now = self.clock.now()
@@ -240,26 +213,117 @@ class ContextEngine:
             raise InvalidInputError("the clock must return timezone-aware datetimes")
         return now
 
-    # --- agents and items -----------------------------------------------------------------------
+    # --- the one way to append ------------------------------------------------------------------
 
-    def register_agent(self, identity: AgentIdentity) -> None:
-        """Record an agent identity once; re-registering the same identity is a no-op."""
+    def decide_and_append(
+        self, stream: str, decide: Callable[[int], Sequence[ev.Event]]
+    ) -> list[ev.Event]:
+        """Read the stream version, catch up, decide purely (``decide(version)``), append at
+        that version; on a conflict back off (jittered) and decide again on the new state."""
+        retries = self.settings.conflict_retries
+        for attempt in range(retries):
+            # The version first, then catch up: the decision rests on every event up to that
+            # version, so a stream another process moved meanwhile is a conflict, never a
+            # silent interleave of two processes' decisions.
+            version = self.ledger.stream_version(stream)
+            self.runner.catch_up()
+            events = list(decide(version))
+            if not events:
+                return []
+            try:
+                self.ledger.append(stream, events, expected_version=version)
+            except ConflictError:
+                if attempt == retries - 1:
+                    raise
+                time.sleep(random.uniform(0, 0.002 * 2**attempt))
+                continue
+            self._appended(len(events))
+            return events
+        return []  # pragma: no cover - the loop returns or raises
+
+    def _appended(self, count: int) -> None:
+        self.runner.catch_up()
+        self._since_save += count
+        if self._since_save >= self.settings.save_every:
+            self.checkpoint()
+
+    def _append_agent(self, agent_id: str, decide: Callable[[], Sequence[ev.Event]]) -> None:
+        self.decide_and_append(self._stream(agent_id), lambda _version: decide())
+
+    # --- agents and settings --------------------------------------------------------------------
+
+    def register_agent(
+        self, identity: AgentIdentity, settings: AgentSettings | None = None
+    ) -> None:
+        """Record an agent identity once, with its settings; re-registering the same identity
+        is a no-op (use ``configure`` to change settings)."""
         if not identity.agent_id or len(identity.agent_id) > 200:
             raise InvalidInputError("agent_id must be 1–200 characters")
         if not identity.session_id:
             identity = msgspec.structs.replace(identity, session_id=self.settings.session_id)
-        gens: Generations = self.states["generations"]
-        existing = gens.by_agent.get(identity.agent_id)
-        if existing is not None:
-            if existing.agent != identity:
-                raise InvalidInputError(
-                    f"agent {identity.agent_id!r} is already registered with another identity"
-                )
-            return
-        stream = stream_id_for(identity.session_id, identity.agent_id)
-        event = ev.AgentRegistered(at=self._now(), agent=identity)
-        self.ledger.append(stream, [event], expected_version=self.ledger.stream_version(stream))
-        self.runner.catch_up()
+        chosen = validate_settings(settings or AgentSettings(watermark=self.settings.watermark))
+        agent_id = identity.agent_id
+
+        def decide(_version: int) -> list[ev.Event]:
+            gens: Generations = self.states.generations
+            existing = gens.by_agent.get(agent_id)
+            if existing is not None:
+                if existing.agent != identity:
+                    raise InvalidInputError(
+                        f"agent {agent_id!r} is already registered with another identity"
+                    )
+                return []
+            now = self._now()
+            return [
+                ev.AgentRegistered(at=now, agent=identity),
+                ev.AgentConfigured(at=now, agent_id=agent_id, settings=chosen),
+            ]
+
+        self.decide_and_append(stream_id_for(identity.session_id, agent_id), decide)
+
+    def configure(
+        self,
+        agent_id: str,
+        *,
+        strategy: str | None = None,
+        budget: int | None = None,
+        scope: Scope | None = None,
+        recall: bool | None = None,
+        watermark: float | None = None,
+        latest_step: bool | None = None,
+        by: str = "",
+    ) -> AgentSettings:
+        """Change the agent's settings (recorded as ``AgentConfigured``); every later build,
+        refresh and rebuild uses them. A new scope takes effect at the next generation."""
+        if budget is not None and budget < 0:
+            raise InvalidInputError("budget must be ≥ 0 (0: the identity's budget)")
+        changes: dict[str, Any] = {
+            k: v
+            for k, v in (
+                ("strategy", strategy),
+                ("budget", budget),
+                ("scope", scope),
+                ("recall", recall),
+                ("watermark", watermark),
+                ("latest_step", latest_step),
+            )
+            if v is not None
+        }
+        result: list[AgentSettings] = []
+
+        def decide() -> list[ev.Event]:
+            current = self.agent(agent_id).settings
+            new = validate_settings(msgspec.structs.replace(current, **changes))
+            result[:] = [new]
+            if new == current:
+                return []
+            return [ev.AgentConfigured(at=self._now(), agent_id=agent_id, settings=new, by=by)]
+
+        self.agent(agent_id)
+        self._append_agent(agent_id, decide)
+        return result[0]
+
+    # --- items ----------------------------------------------------------------------------------
 
     def _sized(self, item: Item) -> Item:
         """The item with its token count as rendered in a prompt (header and spacing included),
@@ -294,20 +358,28 @@ class ContextEngine:
         except TypeError as exc:
             raise InvalidInputError(f"bad item field: {exc}") from None
 
+    @staticmethod
+    def _check_recordable(item: Item) -> None:
+        if item.source == Source.VERIFIED_FACT and not item.verified:
+            raise InvalidInputError(
+                "a verified_fact must be verified; record a finding and verify it"
+            )
+        if item.source == Source.UNVERIFIED_HYPOTHESIS and item.verified:
+            raise InvalidInputError(
+                "an unverified_hypothesis cannot be recorded verified; verify it explicitly"
+            )
+        if item.source == Source.RECALLED_MEMORY:
+            raise InvalidInputError("recalled_memory is rendered by recall, never recorded")
+
     def record(self, agent_id: str, item: Item | str, **kwargs: Any) -> Item:
         """Record an observation into the agent's pool (text or a ready Item)."""
         self.agent(agent_id)
         it = item if isinstance(item, Item) else self.make_item(agent_id, item, **kwargs)
         if it.token_count == 0 and it.content:
             it = self._sized(it)
-        if it.source == Source.VERIFIED_FACT and not it.verified:
-            raise InvalidInputError(
-                "a verified_fact must be verified; record a finding and verify it"
-            )
-        if it.source == Source.RECALLED_MEMORY:
-            raise InvalidInputError("recalled_memory is rendered by recall, never recorded")
-        self._append(
-            agent_id, lambda _version: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=it)]
+        self._check_recordable(it)
+        self._append_agent(
+            agent_id, lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=it)]
         )
         return it
 
@@ -315,11 +387,11 @@ class ContextEngine:
         """Record several items in one append."""
         self.agent(agent_id)
         ready = [i if i.token_count or not i.content else self._sized(i) for i in items]
-        self._append(
+        for i in ready:
+            self._check_recordable(i)
+        self._append_agent(
             agent_id,
-            lambda _version: [
-                ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready
-            ],
+            lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready],
         )
 
     def add_steering_note(self, agent_id: str, text: str, *, stage: str = "") -> Item:
@@ -335,9 +407,8 @@ class ContextEngine:
             durability=Durability.DURABLE,
             observed_at=None,
         )
-        self._append(
-            agent_id,
-            lambda _version: [ev.SteeringNoteAdded(at=self._now(), agent_id=agent_id, item=item)],
+        self._append_agent(
+            agent_id, lambda: [ev.SteeringNoteAdded(at=self._now(), agent_id=agent_id, item=item)]
         )
         return item
 
@@ -349,29 +420,25 @@ class ContextEngine:
 
     def pin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
         self._known_item(agent_id, item_id)
-        self._append(
+        self._append_agent(
             agent_id,
-            lambda _version: [
-                ev.ItemPinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)
-            ],
+            lambda: [ev.ItemPinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
         )
 
     def unpin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
         self._known_item(agent_id, item_id)
-        self._append(
+        self._append_agent(
             agent_id,
-            lambda _version: [
-                ev.ItemUnpinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)
-            ],
+            lambda: [ev.ItemUnpinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
         )
 
     def remove(self, agent_id: str, item_id: str, *, reason: str = "manual") -> None:
         item = self._known_item(agent_id, item_id)
         if item.pinned or item.mandatory:
             raise InvalidInputError(f"item {item_id!r} is pinned or mandatory; unpin it first")
-        self._append(
+        self._append_agent(
             agent_id,
-            lambda _version: [
+            lambda: [
                 ev.ItemRemoved(at=self._now(), agent_id=agent_id, item_id=item_id, reason=reason)
             ],
         )
@@ -383,14 +450,16 @@ class ContextEngine:
         item = self._known_item(agent_id, item_id)
         if item.source == Source.RECALLED_MEMORY:
             raise InvalidInputError("recalled memory cannot be verified as a fact")
-        self._append(
+        self._append_agent(
             agent_id,
-            lambda _version: [
+            lambda: [
                 ev.FindingVerified(
                     at=self._now(), agent_id=agent_id, item_id=item_id, by=by, evidence=evidence
                 )
             ],
         )
+
+    # --- project memory (the catalog decides; the ledger records) -------------------------------
 
     def promote(self, agent_id: str, item_id: str) -> str:
         """Promote an item to a project-memory candidate (verified stays false until an
@@ -401,26 +470,26 @@ class ContextEngine:
         partition = memory.partition(ag.agent)
         memory_id = "mem_" + content_hash(f"{partition}\x1f{item.content}")[:24]
         _, event = memory.promote(ag.agent, item, now=self._now(), memory_id=memory_id)
-        self._append_stream(memory_stream(partition), lambda: [event])
+        self._append_memory(partition, event)
         return memory_id
 
     def verify_memory(self, memory_id: str, *, by: str = "") -> None:
         """Explicit verification of one memory entry (the only way it becomes verified)."""
         memory = self._require_memory()
         event = memory.verify(memory_id, now=self._now(), by=by)
-        self._append_stream(memory_stream(memory.catalog.get(memory_id).partition), lambda: [event])
+        self._append_memory(memory.catalog.get(memory_id).partition, event)
 
     def retire_memory(self, memory_id: str, *, reason: str = "") -> None:
         memory = self._require_memory()
         event = memory.retire(memory_id, now=self._now(), reason=reason)
-        self._append_stream(memory_stream(memory.catalog.get(memory_id).partition), lambda: [event])
+        self._append_memory(memory.catalog.get(memory_id).partition, event)
 
     def delete_memory(self, memory_id: str) -> ev.MemoryDeleted:
         """Erase a memory body under the erasure policy; the event carries the report."""
         memory = self._require_memory()
         partition = memory.catalog.get(memory_id).partition
         event = memory.delete(memory_id, now=self._now())
-        self._append_stream(memory_stream(partition), lambda: [event])
+        self._append_memory(partition, event)
         return event
 
     def report_to_parent(self, worker_id: str) -> Item:
@@ -437,9 +506,9 @@ class ContextEngine:
             observed_at=self._now(),
         )
         report = self._sized(report)
-        self._append(
+        self._append_agent(
             worker.parent,
-            lambda _version: [ev.ItemRecorded(at=self._now(), agent_id=worker.parent, item=report)],
+            lambda: [ev.ItemRecorded(at=self._now(), agent_id=worker.parent, item=report)],
         )
         return report
 
@@ -448,16 +517,8 @@ class ContextEngine:
             raise InvalidInputError("no project-memory catalog is configured for this engine")
         return self.memory
 
-    def _append_stream(self, stream: str, make: Callable[[], list[ev.Event]]) -> None:
-        def attempt() -> None:
-            events = make()
-            version = self.ledger.stream_version(stream)
-            self.ledger.append(stream, events, expected_version=version)
-            self.runner.catch_up()
-
-        retry_on_conflict(
-            attempt, attempts=self.settings.conflict_retries, on_conflict=self.runner.catch_up
-        )
+    def _append_memory(self, partition: str, event: ev.Event) -> None:
+        self.decide_and_append(memory_stream(partition), lambda _version: [event])
 
     # --- building -------------------------------------------------------------------------------
 
@@ -466,6 +527,198 @@ class ContextEngine:
         """The smallest budget a context-limit refresh learned for this agent (0: none)."""
         caps = [g.budget for g in ag.generations if g.kind == "refresh" and g.budget]
         return min(caps) if caps else 0
+
+    def _request(
+        self,
+        agent_id: str,
+        *,
+        query: BuildQuery | None = None,
+        overrides: Overrides | None = None,
+        boundary: bool = False,
+    ) -> tuple[BuildRequest, tuple[str, ...]]:
+        """The request from the folded settings (``query`` None: the last recorded query)."""
+        ag = self.agent(agent_id)
+        gen = ag.current
+        return resolve_request(
+            identity=ag.agent,
+            settings=ag.settings,
+            query=query if query is not None else BuildQuery.of(ag.last_request),
+            overrides=overrides or Overrides(),
+            generation_scope=ag.scope if gen.builds and not boundary else None,
+            window_cap=self._window_cap(ag),
+            now=self._now(),
+        )
+
+    def build(
+        self,
+        agent_id: str,
+        *,
+        budget: int | None = None,
+        strategy: str | None = None,
+        task: str = "",
+        phase: str = "",
+        files: Sequence[str] = (),
+        symbols: Sequence[str] = (),
+        keywords: Sequence[str] = (),
+        failures: Sequence[str] = (),
+        scope: Scope | None = None,
+        latest_user_input: str = "",
+        stage_id: str = "",
+    ) -> BuildResult:
+        """Build the agent's next pack and compose its prompt; records every decision.
+        ``budget``, ``strategy`` and ``scope`` override the agent's settings for this build."""
+        query = BuildQuery(
+            task=task,
+            phase=phase,
+            files=tuple(files),
+            symbols=tuple(symbols),
+            keywords=tuple(keywords),
+            failures=tuple(failures),
+            stage_id=stage_id,
+        )
+        overrides = Overrides(budget=budget, strategy=strategy, scope=scope)
+        request, overridden = self._request(agent_id, query=query, overrides=overrides)
+        return self._build(
+            agent_id, request, overrides=overridden, latest_user_input=latest_user_input
+        )
+
+    def _build(
+        self,
+        agent_id: str,
+        request: BuildRequest,
+        *,
+        overrides: tuple[str, ...] = (),
+        latest_user_input: str = "",
+        force_rebuild: str = "",
+    ) -> BuildResult:
+        """Started (its own commit), then the outcome; anything that raises in between ends
+        the build in Failed (or Interrupted), never in nothing."""
+        stream = self._stream(agent_id)
+        for attempt in range(self.settings.conflict_retries):
+            started, at_version = self._start(stream, agent_id, request, overrides, force_rebuild)
+            try:
+                return self._finish(stream, started, at_version, latest_user_input)
+            except _Superseded:
+                time.sleep(random.uniform(0, 0.002 * 2**attempt))
+            except KeyboardInterrupt:
+                self._close(stream, started, interrupted=True, reason="interrupted")
+                raise
+            except Exception as exc:
+                self._close(stream, started, interrupted=False, reason=_reason(exc))
+                raise
+        raise ConflictError(
+            stream,
+            self.ledger.stream_version(stream),
+            f"the stream kept moving during {self.settings.conflict_retries} build attempts",
+        )
+
+    def _start(
+        self,
+        stream: str,
+        agent_id: str,
+        request: BuildRequest,
+        overrides: tuple[str, ...],
+        force_rebuild: str,
+    ) -> tuple[ev.ContextBuildingStarted, int]:
+        """Commit the Started (closing an abandoned one first); returns it and its version."""
+
+        landed = [0]
+
+        def decide(version: int) -> list[ev.Event]:
+            events: list[ev.Event] = []
+            abandoned = self.building(agent_id)
+            if abandoned:
+                events.append(
+                    ev.ContextBuildingInterrupted(
+                        at=request.now, agent_id=agent_id, pack_id=abandoned, reason=_ABANDONED
+                    )
+                )
+            ag = self.agent(agent_id)
+            at_version = landed[0] = version + len(events) + 1
+            events.append(
+                build_started(
+                    request,
+                    pack_id=f"{agent_id}/g{ag.current.number}/v{at_version}",
+                    generation=ag.current.number,
+                    watermark=ag.settings.watermark,
+                    counter=self.counter.name,
+                    force_rebuild=force_rebuild,
+                    overrides=overrides,
+                )
+            )
+            return events
+
+        events = self.decide_and_append(stream, decide)
+        started = events[-1]
+        assert isinstance(started, ev.ContextBuildingStarted)
+        return started, landed[0]
+
+    def _finish(
+        self,
+        stream: str,
+        started: ev.ContextBuildingStarted,
+        at_version: int,
+        latest_user_input: str,
+    ) -> BuildResult:
+        """Plan on exactly the state at the Started and append the outcome right after it."""
+        request = started.request
+        assert request is not None
+        agent_id = started.agent_id
+        group = self._recall_group(agent_id, request.now)
+        version = self.ledger.stream_version(stream)
+        self.runner.catch_up()
+        if version != at_version or self.building(agent_id) != started.pack_id:
+            self._close(stream, started, interrupted=True, reason=_SUPERSEDED)
+            raise _Superseded
+        ag = self.agent(agent_id)
+        record = decide_build(
+            build_view(ag.current, self.pool(agent_id)),
+            request,
+            pack_id=started.pack_id,
+            reserve=self._volatile_reserve(
+                request, ag.current.number + 1, group, latest_user_input
+            ),
+            counter=self.counter,
+            watermark=started.watermark,
+            force_rebuild=started.force_rebuild,
+            group=group,
+            latest_user_input=latest_user_input,
+        )
+        try:
+            self.ledger.append(stream, record.events, expected_version=version)
+        except ConflictError:
+            self._close(stream, started, interrupted=True, reason=_SUPERSEDED)
+            raise _Superseded from None
+        self._appended(len(record.events))
+        return BuildResult(
+            pack=record.pack,
+            prompt=record.prompt,
+            kind=record.kind,
+            generation=record.generation,
+            message=record.message,
+        )
+
+    def _close(
+        self, stream: str, started: ev.ContextBuildingStarted, *, interrupted: bool, reason: str
+    ) -> None:
+        """End a build that produced no pack (best effort: the caller sees the original error;
+        a build someone else already closed is left as it is)."""
+
+        def decide(_version: int) -> list[ev.Event]:
+            if self.building(started.agent_id) != started.pack_id:
+                return []
+            kind = ev.ContextBuildingInterrupted if interrupted else ev.ContextBuildingFailed
+            return [
+                kind(
+                    at=self._now(),
+                    agent_id=started.agent_id,
+                    pack_id=started.pack_id,
+                    reason=reason,
+                )
+            ]
+
+        with contextlib.suppress(CtxLedgerError):
+            self.decide_and_append(stream, decide)
 
     def _volatile_reserve(
         self, request: BuildRequest, number: int, group: RecallGroup | None, user_input: str
@@ -487,8 +740,8 @@ class ContextEngine:
         """This prompt's recalled-memory group (None: nothing to record). With recall off, an
         empty group is recorded once to remove a group an earlier prompt carried."""
         ag = self.agent(agent_id)
-        if self.memory is None or not self.memory.settings.enabled:
-            inspector: InspectorState = self.states["inspector"]
+        if self.memory is None or not self.memory.settings.enabled or not ag.settings.recall:
+            inspector: InspectorState = self.states.inspector
             previous = inspector.by_agent.get(agent_id)
             if previous is not None and previous.recall is not None and previous.recall.memory_ids:
                 return RecallGroup()
@@ -496,181 +749,8 @@ class ContextEngine:
         group, stale = self.memory.recall_for(ag.agent, counter=self.counter, now=now)
         for stale_event in stale:
             partition = self.memory.catalog.get(stale_event.memory_id).partition
-            self._append_stream(memory_stream(partition), functools.partial(list, [stale_event]))
+            self._append_memory(partition, stale_event)
         return group
-
-    def _emitted_context(self, agent_id: str) -> EmittedContext | None:
-        gen = self.agent(agent_id).current
-        if not gen.decisions:
-            return None
-        pool = self.pool(agent_id)
-        emitted: dict[str, Item] = {}
-        for item_id, d in gen.decisions.items():
-            if d.action == "dropped" or item_id not in pool.items:
-                continue
-            item = pool.items[item_id]
-            if d.verified:
-                item = verified_form(item)
-            if d.action in ("compressed", "clipped"):
-                item = msgspec.structs.replace(item, content=d.content, token_count=d.tokens_after)
-            emitted[item_id] = item
-        return EmittedContext(
-            generation=gen.number,
-            decisions=gen.decisions,
-            emitted=emitted,
-            order=gen.order,
-            used=max(0, gen.tokens_used - gen.reserved),
-        )
-
-    def build(
-        self,
-        agent_id: str,
-        *,
-        budget: int | None = None,
-        strategy: str | None = None,
-        task: str = "",
-        phase: str = "",
-        files: Sequence[str] = (),
-        symbols: Sequence[str] = (),
-        keywords: Sequence[str] = (),
-        failures: Sequence[str] = (),
-        scope: Scope | None = None,
-        latest_user_input: str = "",
-        stage_id: str = "",
-    ) -> BuildResult:
-        """Build the agent's next pack and compose its prompt; records every decision."""
-        ag = self.agent(agent_id)
-        rt = self._rt(agent_id)
-        gen = ag.current
-        want = (
-            budget
-            if budget is not None
-            else (rt.last_request.budget if rt.last_request else ag.agent.budget)
-        )
-        if not want or want <= 0:
-            raise InvalidInputError("a build needs a positive token budget")
-        cap = self._window_cap(ag)
-        effective = min(want, cap) if cap else want
-        name = strategy or (rt.last_request.strategy if rt.last_request else "variable")
-        get_strategy(name)  # unknown names fail before anything is written
-        request = BuildRequest(
-            agent_id=agent_id,
-            budget=effective,
-            now=self._now(),
-            task=task or ag.agent.task,
-            role=ag.agent.role,
-            phase=phase,
-            strategy=name,
-            files=tuple(files),
-            symbols=tuple(symbols),
-            keywords=tuple(keywords),
-            failures=tuple(failures),
-            scope=scope or (rt.last_request.scope if rt.last_request else Scope()),
-            session_id=ag.agent.session_id,
-            stage_id=stage_id,
-        )
-        if rt.last_request is not None and gen.builds and request.scope != rt.last_request.scope:
-            raise InvalidInputError(
-                "scope is fixed within a generation; refresh or rebuild to change it"
-            )
-        rt.last_request = request
-        return self._build(agent_id, request, latest_user_input=latest_user_input)
-
-    def _build(
-        self,
-        agent_id: str,
-        request: BuildRequest,
-        *,
-        latest_user_input: str = "",
-        force_rebuild: str = "",
-    ) -> BuildResult:
-        rt = self._rt(agent_id)
-        holder: dict[str, BuildRecord] = {}
-        group = self._recall_group(agent_id, request.now)
-
-        def make(version: int) -> list[ev.Event]:
-            ag = self.agent(agent_id)
-            gen = ag.current
-            ctx = self._emitted_context(agent_id)
-            candidates = self.pool(agent_id).candidates()
-            reserve = self._volatile_reserve(request, gen.number + 1, group, latest_user_input)
-            pack_request = msgspec.structs.replace(request, budget=max(1, request.budget - reserve))
-            plan = plan_build(
-                pack_request,
-                candidates,
-                ctx,
-                self.counter,
-                watermark=self.settings.watermark,
-                force_rebuild=force_rebuild,
-            )
-            record = record_build(
-                agent_id=agent_id,
-                plan=plan,
-                request=request,
-                gen=gen,
-                ctx=ctx,
-                stream_version=version,
-                reserve=reserve,
-                verified_ids=frozenset(self.pool(agent_id).verified),
-                previous_prompt=rt.last_prompt,
-                group=group,
-                latest_user_input=latest_user_input,
-                force_rebuild=force_rebuild,
-            )
-            holder["result"] = record
-            return list(record.events)
-
-        try:
-            self._append(agent_id, make)
-        except ConflictError:
-            raise
-        except KeyboardInterrupt:
-            self._record_aborted(agent_id, request, interrupted=True, reason="interrupted")
-            raise
-        except Exception as exc:
-            self._record_aborted(agent_id, request, interrupted=False, reason=_reason(exc))
-            raise
-        record = holder["result"]
-        rt.last_prompt = record.prompt
-        rt.last_expected_bytes = record.expected_cached_bytes
-        return BuildResult(
-            pack=record.pack,
-            prompt=record.prompt,
-            kind=record.kind,
-            generation=record.generation,
-            message=record.message,
-        )
-
-    def _record_aborted(
-        self, agent_id: str, request: BuildRequest, *, interrupted: bool, reason: str
-    ) -> None:
-        """A build that raised still leaves its lifecycle in the ledger: Started, then Failed
-        (or Interrupted). Best effort: the original error is what the caller sees."""
-        stream = self._stream(agent_id)
-        with contextlib.suppress(CtxLedgerError):
-            version = self.ledger.stream_version(stream)
-            gen = self.agent(agent_id).current.number
-            pack_id = f"{agent_id}/g{gen}/v{version + 1}"
-            at = self._now()
-            end: ev.Event = (
-                ev.ContextBuildingInterrupted(
-                    at=at, agent_id=agent_id, pack_id=pack_id, reason=reason
-                )
-                if interrupted
-                else ev.ContextBuildingFailed(
-                    at=at, agent_id=agent_id, pack_id=pack_id, reason=reason
-                )
-            )
-            started = ev.ContextBuildingStarted(
-                at=at,
-                agent_id=agent_id,
-                pack_id=pack_id,
-                session_id=request.session_id,
-                stage_id=request.stage_id,
-                generation=gen,
-            )
-            self.ledger.append(stream, [started, end], expected_version=version)
-            self.runner.catch_up()
 
     # --- rendering and usage --------------------------------------------------------------------
 
@@ -690,16 +770,15 @@ class ContextEngine:
         raise InvalidInputError(f"unknown provider {provider!r}; use anthropic or openai")
 
     def report_usage(self, agent_id: str, usage: Mapping[str, Any]) -> ev.CacheUsageRecorded:
-        """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call."""
+        """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call; the
+        expected cached tokens scale the prompt's tokens by the share of its bytes the previous
+        prompt already held (both recorded on the generation's last pack)."""
         ag = self.agent(agent_id)
         u = normalize_usage(usage)
-        rt = self._rt(agent_id)
-        rt.refresh_attempts = 0
-        expected = 0
         gen = ag.current
-        if gen.builds and rt.last_prompt is not None:
-            total = len(rt.last_prompt.text.encode("utf-8")) or 1
-            expected = round(u.prompt_tokens * rt.last_expected_bytes / total)
+        expected = 0
+        if gen.builds:
+            expected = round(u.prompt_tokens * gen.expected_cached_bytes / (gen.prompt_bytes or 1))
         event = ev.CacheUsageRecorded(
             at=self._now(),
             agent_id=agent_id,
@@ -711,14 +790,23 @@ class ContextEngine:
             output_tokens=u.output_tokens,
             expected_cached_tokens=expected,
         )
-        self._append(agent_id, lambda _version: [event])
+        self._append_agent(agent_id, lambda: [event])
         return event
 
     def turn_succeeded(self, agent_id: str) -> None:
         """The last model call went through but there is no provider usage to report (e.g. a
-        simulated run): ends the turn's refresh bound, as ``report_usage`` does."""
+        simulated run): ends the turn's refresh count, as ``report_usage`` does."""
         self.agent(agent_id)
-        self._rt(agent_id).refresh_attempts = 0
+
+        def decide() -> list[ev.Event]:
+            ag = self.agent(agent_id)
+            if not ag.refresh_streak:
+                return []
+            return [
+                ev.TurnSucceeded(at=self._now(), agent_id=agent_id, generation=ag.current.number)
+            ]
+
+        self._append_agent(agent_id, decide)
 
     # --- errors and refresh ---------------------------------------------------------------------
 
@@ -732,17 +820,16 @@ class ContextEngine:
         """
         ag = self.agent(agent_id)
         verdict = classify_turn_error(error, provider=provider)
-        gen = ag.current
         failed = ev.TurnFailed(
             at=self._now(),
             agent_id=agent_id,
-            generation=gen.number,
+            generation=ag.current.number,
             error_class=verdict.error_class,
             provider=verdict.provider,
             code=verdict.code,
             message=verdict.message,
         )
-        self._append(agent_id, lambda _version: [failed])
+        self._append_agent(agent_id, lambda: [failed])
         if verdict.error_class != "context_limit":
             return TurnErrorOutcome(error=verdict, refreshed=False)
         reason = f"context-limit error{' from ' + verdict.provider if verdict.provider else ''}"
@@ -760,105 +847,93 @@ class ContextEngine:
         error: TurnError | None = None,
     ) -> BuildResult:
         """The refresh pipeline: keep durable state, drop ephemeral and raw history, start a
-        new generation (same agent identity) and build its first pack, smaller than before."""
-        rt = self._rt(agent_id)
+        new generation (same agent identity) and build its first pack, smaller than before.
+        The count of refreshes since the last successful turn is folded from the log."""
         failed_tokens = self.agent(agent_id).current.tokens_used
         start = self.agent(agent_id).current.number
         while True:
-            if rt.refresh_attempts >= self.settings.max_refreshes:
-                raise RefreshExhaustedError(
-                    f"agent {agent_id!r}: {rt.refresh_attempts} refreshes without a successful "
-                    "turn; the pinned and mandatory context alone may exceed the model's window"
-                )
-            rt.refresh_attempts += 1
-            why = reason
-            if rt.refresh_attempts > 1:
-                why = f"{reason} (attempt {rt.refresh_attempts}: still ≥ {failed_tokens} tokens)"
-            result = self._refresh_once(
-                agent_id, reason=why, trigger=trigger, failed_tokens=failed_tokens, error=error
+            attempt = next_refresh_attempt(
+                agent_id, self.agent(agent_id).refresh_streak, self.settings.max_refreshes
             )
-            if trigger == "manual" or failed_tokens == 0 or result.pack.budget_used < failed_tokens:
+            why = reason
+            if attempt > 1:
+                why = f"{reason} (attempt {attempt}: still ≥ {failed_tokens} tokens)"
+            self._refresh_generation(
+                agent_id,
+                reason=why,
+                trigger=trigger,
+                attempt=attempt,
+                failed_tokens=failed_tokens,
+                error=error,
+            )
+            request, _ = self._request(agent_id, boundary=True)
+            result = self._build(agent_id, request)
+            if refresh_made_progress(
+                manual=trigger == "manual",
+                failed_tokens=failed_tokens,
+                used=result.pack.budget_used,
+            ):
                 steps = result.generation - start
                 message = f"Context refreshed · Generation {start} → {result.generation} · Reason: {reason}"
                 if steps > 1:
                     message += f" ({steps} refreshes to get below {failed_tokens} tokens)"
                 return msgspec.structs.replace(result, message=message)
 
-    def _refresh_once(
+    def _refresh_generation(
         self,
         agent_id: str,
         *,
         reason: str,
         trigger: Literal["context_limit", "manual"],
+        attempt: int,
         failed_tokens: int,
-        error: TurnError | None = None,
-    ) -> BuildResult:
-        rt = self._rt(agent_id)
-        ag = self.agent(agent_id)
-        gen = ag.current
-        request = self._last_request(agent_id)
-        cap = gen.budget if gen.budget else request.budget
-        if trigger == "context_limit":
-            cap = shrink_cap(
-                failed_tokens or cap,
-                cap,
-                rt.refresh_attempts,
-                provider_prompt_tokens=error.prompt_tokens if error else 0,
-                provider_limit_tokens=error.limit_tokens if error else 0,
-            )
-        pool = self.pool(agent_id)
-        latest = set(pool.new_since_last_build()) | {
-            i for i, n in pool.seq.items() if n == pool.recorded
-        }
-        groups = {pool.items[i].group for i in latest if pool.items[i].group}
-        if groups:  # the latest step's action travels with its observation
-            latest |= {i for i, it in pool.items.items() if it.group in groups}
-        carried, dropped = refresh_split(pool.candidates(), frozenset(latest))
-        number = gen.number + 1
-        refreshed = ev.GenerationRefreshed(
-            at=self._now(),
-            agent_id=agent_id,
-            kind="refresh",
-            from_generation=gen.number,
-            to_generation=number,
-            reason=reason,
-            trigger=trigger,
-            phase=request.phase,
-            strategy=request.strategy,
-            budget=cap,
-            carried=carried,
-            dropped=dropped,
-        )
-        self._append(agent_id, lambda _version: [refreshed])
-        rt.last_prompt = None
-        new_request = msgspec.structs.replace(
-            request, budget=min(request.budget, cap), now=self._now()
-        )
-        result = self._build(agent_id, new_request)
-        message = f"Context refreshed · Generation {gen.number} → {number} · Reason: {reason}"
-        return msgspec.structs.replace(result, message=message)
+        error: TurnError | None,
+    ) -> None:
+        """Append the GenerationRefreshed of one refresh: the cut and the new budget cap."""
 
-    def _last_request(self, agent_id: str) -> BuildRequest:
-        """The agent's last build request, or one from its identity when it never built."""
-        last = self._rt(agent_id).last_request
-        if last is not None:
-            return last
-        ag = self.agent(agent_id)
-        return BuildRequest(
-            agent_id=agent_id,
-            budget=ag.agent.budget or 1,
-            now=self._now(),
-            role=ag.agent.role,
-            task=ag.agent.task,
-        )
+        def decide() -> list[ev.Event]:
+            ag = self.agent(agent_id)
+            gen = ag.current
+            request, _ = self._request(agent_id, boundary=True)
+            cap = gen.budget if gen.budget else request.budget
+            if trigger == "context_limit":
+                cap = shrink_cap(
+                    failed_tokens or cap,
+                    cap,
+                    attempt,
+                    provider_prompt_tokens=error.prompt_tokens if error else 0,
+                    provider_limit_tokens=error.limit_tokens if error else 0,
+                )
+            pool = self.pool(agent_id)
+            latest = latest_step_ids(
+                pool.seq,
+                pool.recorded,
+                pool.new_since_last_build(),
+                {i: it.group for i, it in pool.items.items()},
+            )
+            carried, dropped = refresh_split(pool.candidates(), latest)
+            return [
+                ev.GenerationRefreshed(
+                    at=self._now(),
+                    agent_id=agent_id,
+                    kind="refresh",
+                    from_generation=gen.number,
+                    to_generation=gen.number + 1,
+                    reason=reason,
+                    trigger=trigger,
+                    phase=request.phase,
+                    strategy=request.strategy,
+                    budget=cap,
+                    carried=carried,
+                    dropped=dropped,
+                )
+            ]
+
+        self._append_agent(agent_id, decide)
 
     def rebuild(self, agent_id: str, *, reason: str = "manual") -> BuildResult:
         """Manual control: re-pack into a new generation below the watermark."""
-        request = self._last_request(agent_id)
         if not self.agent(agent_id).current.builds:
             raise InvalidInputError("nothing to rebuild: the generation has no pack yet")
-        return self._build(
-            agent_id,
-            msgspec.structs.replace(request, now=self._now()),
-            force_rebuild=f"manual: {reason}",
-        )
+        request, _ = self._request(agent_id, boundary=True)
+        return self._build(agent_id, request, force_rebuild=f"manual: {reason}")

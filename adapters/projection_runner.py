@@ -11,7 +11,7 @@ import msgspec
 from ctxledger.adapters.ledger import Ledger
 from ctxledger.domain.errors import DecodeError
 from ctxledger.domain.events import Event
-from ctxledger.projections.catalog import PROJECTIONS, Projection
+from ctxledger.projections.catalog import PROJECTIONS, Projection, ReadModels, read_models
 
 __all__ = ["ProjectionRunner", "decode_state", "encode_state", "replay_states"]
 
@@ -76,6 +76,11 @@ class ProjectionRunner:
         self.position = 0
         self.applied = 0
         self._load()
+
+    @property
+    def models(self) -> ReadModels:
+        """The read models at ``position``, typed: a snapshot that later folds do not change."""
+        return read_models(self.states)
 
     def _load(self) -> None:
         loaded: dict[str, Any] = {}

@@ -35,6 +35,7 @@ from ctxledger.domain.model import AgentIdentity, Item
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prefix import lcp_bytes
 from ctxledger.domain.prompt import render_item
+from ctxledger.domain.settings import AgentSettings
 from ctxledger.domain.strategies import get_strategy, strategy_names
 
 __all__ = [
@@ -205,7 +206,7 @@ def _temp_store() -> str:
 
 def _agent_id(engine: ContextEngine, traj: Trajectory, strategy: str) -> str:
     base = f"{strategy}:{traj.instance_id[:120] or 'trajectory'}"
-    known = engine.states["generations"].by_agent
+    known = engine.runner.models.generations.by_agent
     if base not in known:
         return base
     n = 2
@@ -288,7 +289,8 @@ def simulate_trajectory(
                 model=traj.model,
                 budget=budget,
                 session_id="simulate",
-            )
+            ),
+            AgentSettings(strategy=strategy, budget=budget),
         )
         make = factory(engine.make_item, agent)
         objective = objective_item(traj, make, at=clock.now())
@@ -303,9 +305,7 @@ def simulate_trajectory(
         for n, step in enumerate(traj.steps):
             clock.set(times[n])
             files, failures = _hints(traj.steps, n)
-            result = engine.build(
-                agent, budget=budget, strategy=strategy, files=files, failures=failures
-            )
+            result = engine.build(agent, files=files, failures=failures)
             engine.render(result, provider=provider, model=traj.model or "unknown")
             tokens = engine.counter.count(result.prompt.text)
             while window is not None and tokens > window:

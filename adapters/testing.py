@@ -26,13 +26,17 @@ from ctxledger.domain.model import (
     Source,
     item_id_for,
 )
+from ctxledger.domain.request import BuildRequest, Scope
+from ctxledger.domain.settings import AgentSettings
 from ctxledger.projections.context_state import ContextState, evolve_context_state
 
 __all__ = [
     "ContextStateMachine",
     "LIFECYCLE_KINDS",
     "agent_identities",
+    "agent_settings",
     "aware_datetimes",
+    "build_requests",
     "decisions",
     "events",
     "events_of",
@@ -63,9 +67,9 @@ def items(
     content: st.SearchStrategy[str] | None = None,
 ) -> Item:
     """Items with arbitrary provenance; the id is content-addressed like the engine's."""
-    layer = draw(layers or st.sampled_from(Layer))
-    source = draw(sources or st.sampled_from(Source))
-    text = draw(content or st.text(max_size=200))
+    layer = draw(st.sampled_from(Layer) if layers is None else layers)
+    source = draw(st.sampled_from(Source) if sources is None else sources)
+    text = draw(st.text(max_size=200) if content is None else content)
     unit = st.floats(min_value=0.0, max_value=1.0, allow_nan=False)
     return Item(
         id=item_id_for(layer, source, text),
@@ -107,6 +111,45 @@ def agent_identities() -> st.SearchStrategy[AgentIdentity]:
     )
 
 
+def scopes() -> st.SearchStrategy[Scope]:
+    return st.builds(
+        Scope,
+        layers=st.lists(st.sampled_from(list(Layer)), max_size=3, unique=True).map(tuple),
+        sources=st.lists(st.sampled_from(list(Source)), max_size=3, unique=True).map(tuple),
+        exclude_project_memory=st.booleans(),
+        dependency_task_ids=st.none() | st.lists(_ids, max_size=3).map(tuple),
+        clip_above_tokens=st.integers(min_value=0, max_value=100_000),
+    )
+
+
+def agent_settings() -> st.SearchStrategy[AgentSettings]:
+    """Per-agent build settings (any strategy name: the engine checks names, not the event)."""
+    return st.builds(
+        AgentSettings,
+        strategy=st.sampled_from(["variable", "layered", "summary", "full_history"]),
+        budget=st.integers(min_value=0, max_value=1_000_000),
+        scope=scopes(),
+        recall=st.booleans(),
+        watermark=st.floats(min_value=0.05, max_value=0.9),
+        latest_step=st.booleans(),
+    )
+
+
+def build_requests() -> st.SearchStrategy[BuildRequest]:
+    return st.builds(
+        BuildRequest,
+        agent_id=_ids,
+        budget=st.integers(min_value=1, max_value=1_000_000),
+        now=aware_datetimes(),
+        task=_short,
+        phase=_short,
+        strategy=st.sampled_from(["variable", "layered", "summary"]),
+        files=st.lists(_short, max_size=3).map(tuple),
+        scope=scopes(),
+        stage_id=_short,
+    )
+
+
 def decisions() -> st.SearchStrategy[Decision]:
     return st.builds(
         Decision,
@@ -129,6 +172,9 @@ def _builds(cls: type[Any], **fields: st.SearchStrategy[Any]) -> st.SearchStrate
 
 _EVENT_STRATEGIES: dict[type[ev.EventBase], st.SearchStrategy[Any]] = {
     ev.AgentRegistered: _builds(ev.AgentRegistered, agent=agent_identities()),
+    ev.AgentConfigured: _builds(
+        ev.AgentConfigured, agent_id=_ids, settings=agent_settings(), by=_short
+    ),
     ev.ItemRecorded: _builds(ev.ItemRecorded, agent_id=_ids, item=items()),
     ev.SteeringNoteAdded: _builds(ev.SteeringNoteAdded, agent_id=_ids, item=items()),
     ev.ItemPinned: _builds(ev.ItemPinned, agent_id=_ids, item_id=_ids, by=_short),
@@ -144,6 +190,12 @@ _EVENT_STRATEGIES: dict[type[ev.EventBase], st.SearchStrategy[Any]] = {
         session_id=_ids,
         stage_id=_ids,
         generation=st.integers(1, 1000),
+        request=st.none() | build_requests(),
+        watermark=st.floats(min_value=0.05, max_value=0.9),
+        counter=_short,
+        planner_version=st.integers(0, 10),
+        force_rebuild=_short,
+        overrides=st.lists(st.sampled_from(["strategy", "budget", "scope"]), max_size=3).map(tuple),
     ),
     ev.ContextPackBuilt: _builds(
         ev.ContextPackBuilt,
@@ -201,6 +253,7 @@ _EVENT_STRATEGIES: dict[type[ev.EventBase], st.SearchStrategy[Any]] = {
         code=_short,
         message=_short,
     ),
+    ev.TurnSucceeded: _builds(ev.TurnSucceeded, agent_id=_ids, generation=st.integers(1, 1000)),
     ev.CacheUsageRecorded: _builds(
         ev.CacheUsageRecorded,
         agent_id=_ids,

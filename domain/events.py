@@ -14,10 +14,13 @@ from typing import Any, ClassVar, Literal
 import msgspec
 
 from ctxledger.domain.model import AgentIdentity, CompressionMetadata, Count, Decision, Item
+from ctxledger.domain.request import BuildRequest
+from ctxledger.domain.settings import AgentSettings
 
 __all__ = [
     "EVENT_TYPES",
     "UPCASTERS",
+    "AgentConfigured",
     "AgentRegistered",
     "CacheUsageRecorded",
     "ContextBuildingFailed",
@@ -41,6 +44,7 @@ __all__ = [
     "RecallRendered",
     "SteeringNoteAdded",
     "TurnFailed",
+    "TurnSucceeded",
     "Upcaster",
     "event_agent",
     "topic_of",
@@ -63,6 +67,15 @@ class AgentRegistered(EventBase, frozen=True, kw_only=True):
     """An agent identity was recorded; it survives every generation."""
 
     agent: AgentIdentity
+
+
+class AgentConfigured(EventBase, frozen=True, kw_only=True):
+    """The agent's build settings (the whole new value, not a patch): what every later build,
+    refresh and rebuild uses unless the caller overrides it for one build."""
+
+    agent_id: str
+    settings: AgentSettings
+    by: str = ""
 
 
 class ItemRecorded(EventBase, frozen=True, kw_only=True):
@@ -116,13 +129,27 @@ class FindingVerified(EventBase, frozen=True, kw_only=True):
 
 
 class ContextBuildingStarted(EventBase, frozen=True, kw_only=True):
-    """A build of the next pack began."""
+    """A build of the next pack began. Committed on its own, before planning, with the whole
+    request, so a build in flight is visible and every build can be re-derived later.
+
+    ``request`` is what the planner was asked (its budget is the whole prompt's; the pack's
+    own budget is that less the outcome's ``reserved``); ``watermark``, ``counter`` (the
+    tokenizer's name), ``planner_version`` and ``force_rebuild`` (a manual rebuild's reason)
+    complete the planner's inputs; ``overrides`` names the settings this build overrode for
+    itself only. ``generation`` is the agent's generation when the build started (a rebuild
+    outcome lands in the next one)."""
 
     agent_id: str
     pack_id: str
     session_id: str = ""
     stage_id: str = ""
     generation: Count = 1
+    request: BuildRequest | None = None
+    watermark: float = 0.0
+    counter: str = ""
+    planner_version: Count = 0
+    force_rebuild: str = ""
+    overrides: tuple[str, ...] = ()
 
 
 class ContextPackBuilt(EventBase, frozen=True, kw_only=True):
@@ -201,6 +228,14 @@ class TurnFailed(EventBase, frozen=True, kw_only=True):
     message: str = ""
 
 
+class TurnSucceeded(EventBase, frozen=True, kw_only=True):
+    """A model call went through with no usage to report (reported usage implies success):
+    it ends the refresh ladder's count of refreshes without a successful turn."""
+
+    agent_id: str
+    generation: Count = 1
+
+
 class CacheUsageRecorded(EventBase, frozen=True, kw_only=True):
     """Provider-reported token usage of one call (Anthropic or OpenAI shapes, normalised)."""
 
@@ -270,6 +305,7 @@ class RecallRendered(EventBase, frozen=True, kw_only=True):
 
 Event = (
     AgentRegistered
+    | AgentConfigured
     | ItemRecorded
     | SteeringNoteAdded
     | ItemPinned
@@ -282,6 +318,7 @@ Event = (
     | ContextBuildingInterrupted
     | GenerationRefreshed
     | TurnFailed
+    | TurnSucceeded
     | CacheUsageRecorded
     | MemoryPromoted
     | MemoryVerified
@@ -295,6 +332,7 @@ EVENT_TYPES: Mapping[str, type[EventBase]] = {
     cls.__name__: cls
     for cls in (
         AgentRegistered,
+        AgentConfigured,
         ItemRecorded,
         SteeringNoteAdded,
         ItemPinned,
@@ -307,6 +345,7 @@ EVENT_TYPES: Mapping[str, type[EventBase]] = {
         ContextBuildingInterrupted,
         GenerationRefreshed,
         TurnFailed,
+        TurnSucceeded,
         CacheUsageRecorded,
         MemoryPromoted,
         MemoryVerified,

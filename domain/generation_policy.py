@@ -14,14 +14,16 @@ from typing import Literal
 import msgspec
 
 from ctxledger.domain.model import Decision, Item, Layer
-from ctxledger.domain.packing import PackResult
+from ctxledger.domain.packing import OTHER_STAGE, PackResult, other_stage
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import retrieve
+from ctxledger.domain.settings import DEFAULT_WATERMARK
 from ctxledger.domain.strategies import get_strategy
 
 __all__ = [
     "DEFAULT_WATERMARK",
+    "PLANNER_VERSION",
     "BuildPlan",
     "EmittedContext",
     "plan_build",
@@ -29,9 +31,10 @@ __all__ = [
     "shrink_cap",
 ]
 
-DEFAULT_WATERMARK = 0.5
-"""A rebuild re-packs to at most half the budget: ≤ 0.9 as the seed's hysteresis requires,
-and low enough that rebuilds are rare (prefix reuse ≥ 0.95 on long sessions)."""
+PLANNER_VERSION = 1
+"""Version of the pure planner (retrieval, strategies, packing, generation policy). Recorded on
+every ContextBuildingStarted: ``audit --rederive`` re-runs only builds of the same version.
+Bump it whenever a change can alter a selection for the same inputs."""
 
 PlanKind = Literal["initial", "append", "rebuild"]
 
@@ -82,22 +85,31 @@ def plan_build(
 ) -> BuildPlan:
     """Plan the next pack of an agent.
 
-    - no build yet in this generation → ``initial``: a full pack into the budget;
+    - no build yet in this generation (nothing emitted) → ``initial``: a full pack into the
+      budget — unless ``force_rebuild`` names a reason: a forced rebuild always rebuilds;
     - new items fit into the room left → ``append``: previous items unchanged, new appended;
-    - otherwise (or ``force_rebuild`` names a reason) → ``rebuild`` below the watermark,
-      keeping retained items in their previous order for the longest prefix.
+    - otherwise (or ``force_rebuild`` names a reason, an emitted item left the pool, or an
+      emitted steering note belongs to another stage than the request's) → ``rebuild`` below
+      the watermark, keeping retained items in their previous order for the longest prefix.
     """
     if not 0 < watermark <= 0.9:
         raise ValueError("watermark must be in (0, 0.9]")
     budget = request.budget
-    if ctx is None or not ctx.decisions:
+    if not force_rebuild and (ctx is None or not ctx.decisions):
         return BuildPlan(
             kind="initial", result=_select(request, candidates, counter, budget), emitted_order=()
         )
+    emitted = ctx.emitted if ctx is not None else {}
     present = {c.id for c in candidates}
-    gone = [i for i in ctx.emitted if i not in present]
-    reason = force_rebuild or (f"removed:{len(gone)}" if gone else "")
-    if not reason:
+    gone = [i for i in emitted if i not in present]
+    # A steering note of another stage cannot stay in the prompt when the stage changes.
+    off_stage = [i for i, it in emitted.items() if other_stage(it, request.stage_id)]
+    reason = (
+        force_rebuild
+        or (f"removed:{len(gone)}" if gone else "")
+        or (f"{OTHER_STAGE}:{len(off_stage)}" if off_stage else "")
+    )
+    if not reason and ctx is not None:
         new = _new_candidates(candidates, ctx)
         room = max(0, budget - ctx.used)
         # A strategy needs a positive budget: with no room left, select against 1 token, so
@@ -124,8 +136,9 @@ def plan_build(
         result = msgspec.structs.replace(
             result, budget=budget, overflow=max(0, result.used - budget)
         )
+    order = ctx.order if ctx is not None else ()
     kept = tuple(
-        i for i in ctx.order if i in result.decisions and result.decisions[i].action != "dropped"
+        i for i in order if i in result.decisions and result.decisions[i].action != "dropped"
     )
     return BuildPlan(kind="rebuild", result=result, emitted_order=kept, reason=reason)
 
@@ -164,9 +177,17 @@ def shrink_cap(
 
     When the provider stated both its count of the prompt and its limit, the pack is scaled
     by their ratio (our tokenizer and the provider's may differ) with a 5 % margin per
-    attempt; otherwise it shrinks geometrically with each attempt (0.7, 0.49, …)."""
+    attempt; otherwise it shrinks geometrically with each attempt (0.7, 0.49, …). Whatever
+    the attempt number (the engine counts from 1), the cap is at least 1 and below both the
+    current cap and the failed size (unless that was a single token). Integer arithmetic:
+    1000 tokens shrink to exactly 700, 490, 343 (floats would give 489 and 342)."""
     base = min(current_cap, failed_tokens) if current_cap else failed_tokens
+    n = max(0, attempt)
     if 0 < provider_limit_tokens < provider_prompt_tokens:
-        ratio = provider_limit_tokens / provider_prompt_tokens
-        return max(1, min(base - 1, int(failed_tokens * ratio * (0.95**attempt))))
-    return max(1, int(base * (0.7**attempt)))
+        margin: int = 95**n  # 0.95ⁿ = 95ⁿ / 100ⁿ
+        per: int = 100**n
+        scaled = failed_tokens * provider_limit_tokens * margin // (provider_prompt_tokens * per)
+        return max(1, min(base - 1, scaled))
+    shrink: int = 7**n  # 0.7ⁿ = 7ⁿ / 10ⁿ
+    per_ten: int = 10**n
+    return max(1, min(base - 1, base * shrink // per_ten))

@@ -230,6 +230,8 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     selection_hash: str = ""
     decisions: dict[str, Decision] = {}
     order: tuple[str, ...] = ()
+    prompt_bytes: Count = 0
+    expected_cached_bytes: Count = 0
 
     def _with(self, *actions: str) -> tuple[Decision, ...]:
         return tuple(d for d in self.decisions.values() if d.action in actions)

@@ -9,6 +9,8 @@ Order of work (every strategy goes through the same steps, with its own options)
    the excess is recorded as ``overflow``, never hidden;
 4. other units may be dropped before packing: ``excluded_by_scope`` (BuildRequest.scope),
    a strategy's own reason (``omitted_by_strategy``, ``other_phase``…), ``superseded``;
+   a steering note scoped to another stage than the request's leaves first, even when
+   pinned (``other_stage``): a note for one stage is never sent to another;
 5. the rest are taken in priority order (tier, then score, then id — or chronologically),
    ``duplicate`` content is skipped, scope clipping applied, and each unit is included whole,
    compressed (heuristic extraction) or dropped ``over_budget``. Nothing but forced units can
@@ -40,6 +42,7 @@ __all__ = [
     "EXCLUDED_BY_SCOPE",
     "OMITTED_BY_STRATEGY",
     "OTHER_PHASE",
+    "OTHER_STAGE",
     "OUTSIDE_WINDOW",
     "OVER_BUDGET",
     "SUPERSEDED",
@@ -51,8 +54,10 @@ __all__ = [
     "Unit",
     "clip_text",
     "clip_marker",
+    "drop_other_stage",
     "effective_budget",
     "make_units",
+    "other_stage",
     "pack",
     "prepare",
     "priority_tier",
@@ -66,6 +71,7 @@ EXCLUDED_BY_SCOPE = "excluded_by_scope"
 SUPERSEDED = "superseded"
 DUPLICATE = "duplicate"
 OTHER_PHASE = "other_phase"
+OTHER_STAGE = "other_stage"
 OMITTED_BY_STRATEGY = "omitted_by_strategy"
 OUTSIDE_WINDOW = "outside_conversation_window"
 DROP_REASONS = frozenset(
@@ -75,6 +81,7 @@ DROP_REASONS = frozenset(
         SUPERSEDED,
         DUPLICATE,
         OTHER_PHASE,
+        OTHER_STAGE,
         OMITTED_BY_STRATEGY,
         OUTSIDE_WINDOW,
     }
@@ -118,6 +125,7 @@ _CONVERSATION = Source.CONVERSATION
 _WORKER_FINDING = Source.WORKER_FINDING
 _RECALLED_MEMORY = Source.RECALLED_MEMORY
 _PARENT_REPORT = Source.PARENT_REPORT
+_STEERING_NOTE = Source.STEERING_NOTE
 _TIER1_SOURCES = frozenset({Source.USER_REQUIREMENT, Source.STEERING_NOTE, Source.ROLE_INSTRUCTION})
 _TIER2_SOURCES = frozenset({Source.REPOSITORY_SOURCE, Source.VERIFIED_FACT, Source.TEST_RESULT})
 _TIER3_SOURCES = frozenset(
@@ -428,6 +436,25 @@ def _dropped(item_id: str, reason: str, tokens: int) -> Decision:
     return d
 
 
+def other_stage(item: Item, stage_id: str) -> bool:
+    """Whether *item* is a steering note scoped to a stage (``Item.stage``) other than
+    *stage_id*, the stage being built."""
+    return item.source is _STEERING_NOTE and item.stage not in ("", stage_id)
+
+
+def drop_other_stage(cands: list[Candidate], stage_id: str, acc: Accumulator) -> list[Candidate]:
+    """*cands* without the steering notes of other stages, each dropped ``other_stage`` —
+    pinned or not: a note scoped to one stage never reaches another stage's build."""
+    # A steering note is always tier 0 or 1: the tier test skips most candidates cheaply.
+    gone = [c for c in cands if c.tier <= 1 and other_stage(c.item, stage_id)]
+    if not gone:
+        return cands
+    for c in gone:
+        acc.drop(c, OTHER_STAGE)
+    left = {id(c) for c in gone}
+    return [c for c in cands if id(c) not in left]
+
+
 def supersede_latest(
     units: list[Unit], forced: Iterable[Unit], sources: frozenset[Source], acc: Accumulator
 ) -> list[Unit]:
@@ -514,7 +541,7 @@ def pack(
     limit = effective_budget(request, budget)
     acc = Accumulator(counter, strategy_name)
     cands, presorted = _prepare(candidates, counter)
-    units = make_units(cands)
+    units = make_units(drop_other_stage(cands, request.stage_id, acc))
     excluded = scope_excluder(request.scope)
 
     forced_units: list[Unit] = []

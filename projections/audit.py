@@ -10,6 +10,7 @@ import msgspec
 from ctxledger.domain.events import (
     AgentRegistered,
     CacheUsageRecorded,
+    ContextBuildingStarted,
     ContextPackBuilt,
     Event,
     FindingVerified,
@@ -21,14 +22,19 @@ from ctxledger.domain.events import (
     RecallRendered,
     SteeringNoteAdded,
     TurnFailed,
+    TurnSucceeded,
 )
 from ctxledger.domain.model import Decision, Source, apply_decision_delta, selection_hash
+from ctxledger.domain.packing import OTHER_STAGE
 
 __all__ = ["RECALL_MAX_BYTES", "RECALL_MAX_ENTRIES", "RECALL_MAX_TOKENS", "Violation", "audit"]
 
 RECALL_MAX_ENTRIES = 4
 RECALL_MAX_TOKENS = 300
 RECALL_MAX_BYTES = 1200
+
+# Sources that only an explicit verify event may turn verified: recorded verified, they lie.
+_NEVER_RECORDED_VERIFIED = frozenset({Source.RECALLED_MEMORY, Source.UNVERIFIED_HYPOTHESIS})
 
 
 class Violation(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,7 +47,15 @@ class Violation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Agent:
-    __slots__ = ("context_limit_pending", "decisions", "generation", "pinned", "registered")
+    __slots__ = (
+        "context_limit_pending",
+        "decisions",
+        "generation",
+        "note_stages",
+        "pinned",
+        "registered",
+        "stage",
+    )
 
     def __init__(self) -> None:
         self.generation = 1
@@ -49,16 +63,26 @@ class _Agent:
         self.decisions: dict[str, Decision] = {}
         self.context_limit_pending = False
         self.registered = False
+        self.note_stages: dict[str, str] = {}  # steering note id → the stage it is scoped to
+        self.stage = ""  # stage of the build in flight
+
+
+def _other_stage(a: _Agent, item_id: str, d: Decision) -> bool:
+    """A steering note scoped to another stage than the build's, dropped for that reason."""
+    stage = a.note_stages.get(item_id, "")
+    return d.action == "dropped" and d.reason == OTHER_STAGE and stage not in ("", a.stage)
 
 
 def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
     """Check every invariant over the whole log:
 
-    - ``pinned_dropped``: a pinned or mandatory item dropped, clipped or compressed;
+    - ``pinned_dropped``: a pinned or mandatory item (or steering note) dropped, clipped or
+      compressed — except a steering note of another stage than the build's, which is
+      dropped ``other_stage``;
     - ``over_budget``: a pack above its budget without the overflow recorded;
     - ``selection_hash``: a pack whose recorded delta does not rebuild its selection hash;
-    - ``unverified_as_verified``: a verified_fact recorded unverified, recalled memory
-      verified, or a memory promoted as verified;
+    - ``unverified_as_verified``: a verified_fact recorded unverified, recalled memory or an
+      unverified hypothesis recorded verified, or a memory promoted as verified;
     - ``recall_caps``: a recall group above 4 entries, 300 tokens or 1200 bytes;
     - ``refresh_without_cause``: a context-limit refresh with no context-limit error since the
       last successful turn (the refresh ladder may refresh several times for one error);
@@ -83,8 +107,11 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                 a.registered = True
             case ItemRecorded(agent_id=aid, item=item) | SteeringNoteAdded(agent_id=aid, item=item):
                 a = agent(pos, aid)
-                if item.pinned or item.mandatory or item.source == Source.STEERING_NOTE:
+                steering = type(event) is SteeringNoteAdded or item.source == Source.STEERING_NOTE
+                if item.pinned or item.mandatory or steering:
                     a.pinned.add(item.id)
+                if steering and item.stage:
+                    a.note_stages[item.id] = item.stage
                 if item.source == Source.VERIFIED_FACT and not item.verified:
                     out.append(
                         Violation(
@@ -94,7 +121,7 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                             detail=item.id,
                         )
                     )
-                if item.source == Source.RECALLED_MEMORY and item.verified:
+                if item.verified and item.source in _NEVER_RECORDED_VERIFIED:
                     out.append(
                         Violation(
                             position=pos,
@@ -107,6 +134,9 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                 agent(pos, aid).pinned.add(iid)
             case ItemUnpinned(agent_id=aid, item_id=iid):
                 agent(pos, aid).pinned.discard(iid)
+            case ContextBuildingStarted(agent_id=aid, stage_id=stage):
+                if (known := agents.get(aid)) is not None:
+                    known.stage = stage
             case FindingVerified(agent_id=aid):
                 agent(pos, aid)
             case MemoryPromoted(verified=True):
@@ -115,7 +145,7 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                 )
             case TurnFailed(agent_id=aid, error_class="context_limit"):
                 agent(pos, aid).context_limit_pending = True
-            case CacheUsageRecorded(agent_id=aid):
+            case CacheUsageRecorded(agent_id=aid) | TurnSucceeded(agent_id=aid):
                 agent(pos, aid).context_limit_pending = False  # a successful turn
             case GenerationRefreshed(agent_id=aid):
                 a = agent(pos, aid)
@@ -183,7 +213,7 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                     )
                 for iid in a.pinned:
                     d = a.decisions.get(iid)
-                    if d is not None and d.action != "included":
+                    if d is not None and d.action != "included" and not _other_stage(a, iid, d):
                         out.append(
                             Violation(
                                 position=pos,

@@ -7,6 +7,7 @@ from typing import assert_never
 import msgspec
 
 from ctxledger.domain.events import (
+    AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
     ContextBuildingFailed,
@@ -28,6 +29,7 @@ from ctxledger.domain.events import (
     RecallRendered,
     SteeringNoteAdded,
     TurnFailed,
+    TurnSucceeded,
 )
 from ctxledger.domain.usage import hit_rate
 
@@ -179,6 +181,8 @@ def evolve_cache_stats(state: CacheStats, event: Event) -> CacheStats:
             | ContextBuildingInterrupted()
             | GenerationRefreshed()
             | TurnFailed()
+            | TurnSucceeded()
+            | AgentConfigured()
             | MemoryPromoted()
             | MemoryVerified()
             | MemoryMarkedStale()

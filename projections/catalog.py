@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -17,7 +17,7 @@ from ctxledger.projections.inspector import InspectorState, evolve_inspector
 from ctxledger.projections.pool import Pool, evolve_pool
 from ctxledger.projections.strategy_metrics import StrategyMetrics, evolve_strategy_metrics
 
-__all__ = ["PROJECTIONS", "Projection", "fold", "fold_all"]
+__all__ = ["PROJECTIONS", "Projection", "ReadModels", "fold", "fold_all", "read_models"]
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -53,15 +53,42 @@ PROJECTIONS: tuple[Projection[Any], ...] = (
 """Every persisted read model, in a fixed order."""
 
 
+class ReadModels(msgspec.Struct, frozen=True, kw_only=True):
+    """Every read model at one log position, one typed field per projection.
+
+    Field names are the projection names (the persisted format stays one row per name);
+    a model left out is the projection's initial state.
+    """
+
+    context_state: ContextStates = msgspec.field(default_factory=ContextStates)
+    generations: Generations = msgspec.field(default_factory=Generations)
+    cache_stats: CacheStats = msgspec.field(default_factory=CacheStats)
+    pool: Pool = msgspec.field(default_factory=Pool)
+    gc_indicators: GcIndicators = msgspec.field(default_factory=GcIndicators)
+    strategy_metrics: StrategyMetrics = msgspec.field(default_factory=StrategyMetrics)
+    inspector: InspectorState = msgspec.field(default_factory=InspectorState)
+
+
+if ReadModels.__struct_fields__ != tuple(p.name for p in PROJECTIONS):  # pragma: no cover
+    raise TypeError("ReadModels must have one field per projection, in PROJECTIONS order")
+
+
+def read_models(states: Mapping[str, Any]) -> ReadModels:
+    """The typed read models of a name → state mapping (a missing name is its initial state)."""
+    return ReadModels(
+        **{name: states[name] for name in ReadModels.__struct_fields__ if name in states}
+    )
+
+
 def fold(projection: Projection[S], events: Iterable[Event]) -> S:
     """Fold *events* from the projection's initial state."""
     return projection.fold(events)
 
 
-def fold_all(events: Iterable[Event]) -> dict[str, Any]:
+def fold_all(events: Iterable[Event]) -> ReadModels:
     """Fold every registered projection over *events* in one pass."""
     states: dict[str, Any] = {p.name: p.initial() for p in PROJECTIONS}
     for event in events:
         for p in PROJECTIONS:
             states[p.name] = p.evolve(states[p.name], event)
-    return states
+    return read_models(states)

@@ -7,6 +7,7 @@ from typing import assert_never
 import msgspec
 
 from ctxledger.domain.events import (
+    AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
     ContextBuildingFailed,
@@ -28,6 +29,7 @@ from ctxledger.domain.events import (
     RecallRendered,
     SteeringNoteAdded,
     TurnFailed,
+    TurnSucceeded,
 )
 
 __all__ = ["ContextState", "ContextStates", "evolve_context_state", "evolve_context_states"]
@@ -68,6 +70,8 @@ def evolve_context_state(state: ContextState, event: Event) -> ContextState:
             | FindingVerified()
             | GenerationRefreshed()
             | TurnFailed()
+            | TurnSucceeded()
+            | AgentConfigured()
             | CacheUsageRecorded()
             | MemoryPromoted()
             | MemoryVerified()
@@ -82,9 +86,15 @@ def evolve_context_state(state: ContextState, event: Event) -> ContextState:
 
 
 class ContextStates(msgspec.Struct, frozen=True, kw_only=True):
-    """ContextState of every agent, keyed by agent id."""
+    """ContextState of every agent, keyed by agent id, and the pack id of each build in
+    flight (``building``: a Started with no outcome yet, by agent id)."""
 
     by_agent: dict[str, ContextState] = {}
+    building: dict[str, str] = {}
+
+    def building_pack(self, agent_id: str) -> str:
+        """The pack id of the agent's build in flight, or ``""``."""
+        return self.building.get(agent_id, "")
 
 
 _LIFECYCLE = (
@@ -99,8 +109,14 @@ def evolve_context_states(states: ContextStates, event: Event) -> ContextStates:
     """Route lifecycle events to their agent's ContextState."""
     if not isinstance(event, _LIFECYCLE):
         return states
-    current = states.by_agent.get(event.agent_id, ContextState())
+    agent_id = event.agent_id
+    current = states.by_agent.get(agent_id, ContextState())
     updated = evolve_context_state(current, event)
-    if updated is current:
+    building = states.building
+    if isinstance(event, ContextBuildingStarted):
+        building = {**building, agent_id: event.pack_id}
+    elif agent_id in building:
+        building = {k: v for k, v in building.items() if k != agent_id}
+    if updated is current and building is states.building:
         return states
-    return ContextStates(by_agent={**states.by_agent, event.agent_id: updated})
+    return ContextStates(by_agent={**states.by_agent, agent_id: updated}, building=building)

@@ -7,6 +7,7 @@ from typing import assert_never
 import msgspec
 
 from ctxledger.domain.events import (
+    AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
     ContextBuildingFailed,
@@ -28,6 +29,7 @@ from ctxledger.domain.events import (
     RecallRendered,
     SteeringNoteAdded,
     TurnFailed,
+    TurnSucceeded,
 )
 from ctxledger.domain.model import Layer, Source
 
@@ -44,7 +46,8 @@ class AgentIndicators(msgspec.Struct, frozen=True, kw_only=True):
     - ``repeated_tool_signatures``: recordings whose tool signature was already seen
     - ``repeated_failed_edits``: failed observations repeating an earlier failed signature
     - ``builds_since_progress``: builds since the last new finding/fact/report (stalls)
-    - ``obsolete_phase_items``: items recorded in a phase other than the current one
+    - ``obsolete_phase_items``: items recorded in a phase other than the current one (the
+      phase of the latest build or refresh that named one)
     - ``transcript_tokens`` / ``recorded_tokens``: raw transcript share (bloat)
     """
 
@@ -75,6 +78,17 @@ def _obsolete(phases: dict[str, int], current: str) -> int:
     if not current:
         return 0
     return sum(n for p, n in phases.items() if p and p != current)
+
+
+def _enter_phase(state: GcIndicators, agent_id: str, phase: str) -> GcIndicators:
+    """The agent works in *phase* from now on (an empty phase leaves the current one)."""
+    cur = state.by_agent.get(agent_id, AgentIndicators())
+    if not phase or phase == cur.phase:
+        return state
+    new = msgspec.structs.replace(
+        cur, phase=phase, obsolete_phase_items=_obsolete(cur.phases, phase)
+    )
+    return GcIndicators(by_agent={**state.by_agent, agent_id: new})
 
 
 def evolve_gc_indicators(state: GcIndicators, event: Event) -> GcIndicators:
@@ -119,13 +133,10 @@ def evolve_gc_indicators(state: GcIndicators, event: Event) -> GcIndicators:
             )
             return GcIndicators(by_agent={**state.by_agent, agent_id: new})
         case GenerationRefreshed(agent_id=agent_id, phase=phase):
-            cur = state.by_agent.get(agent_id, AgentIndicators())
-            if not phase or phase == cur.phase:
-                return state
-            new = msgspec.structs.replace(
-                cur, phase=phase, obsolete_phase_items=_obsolete(cur.phases, phase)
-            )
-            return GcIndicators(by_agent={**state.by_agent, agent_id: new})
+            return _enter_phase(state, agent_id, phase)
+        case ContextBuildingStarted(agent_id=agent_id, request=request):
+            # Every build names its phase, so the first generation has one too.
+            return _enter_phase(state, agent_id, request.phase if request is not None else "")
         case FindingVerified(agent_id=agent_id):
             found = state.by_agent.get(agent_id)
             if found is None:
@@ -138,10 +149,11 @@ def evolve_gc_indicators(state: GcIndicators, event: Event) -> GcIndicators:
             | ItemPinned()
             | ItemUnpinned()
             | ItemRemoved()
-            | ContextBuildingStarted()
             | ContextBuildingFailed()
             | ContextBuildingInterrupted()
             | TurnFailed()
+            | TurnSucceeded()
+            | AgentConfigured()
             | CacheUsageRecorded()
             | MemoryPromoted()
             | MemoryVerified()

@@ -7,6 +7,7 @@ from typing import assert_never
 import msgspec
 
 from ctxledger.domain.events import (
+    AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
     ContextBuildingFailed,
@@ -28,17 +29,29 @@ from ctxledger.domain.events import (
     RecallRendered,
     SteeringNoteAdded,
     TurnFailed,
+    TurnSucceeded,
 )
 from ctxledger.domain.model import AgentIdentity, Generation, apply_decision_delta
+from ctxledger.domain.request import BuildRequest, Scope
+from ctxledger.domain.settings import AgentSettings
 
 __all__ = ["AgentGenerations", "Generations", "evolve_generations"]
 
 
 class AgentGenerations(msgspec.Struct, frozen=True, kw_only=True):
-    """One agent: its identity and every generation, oldest first."""
+    """One agent: its identity, its settings and every generation, oldest first.
+
+    ``settings`` is the latest ``AgentConfigured``; ``last_request`` the request of the
+    latest recorded build (its query — task, phase, files… — is what a refresh or rebuild
+    re-asks); ``scope`` the scope the current generation was built with (fixed within it);
+    ``refresh_streak`` the refreshes since the last successful turn."""
 
     agent: AgentIdentity
     generations: tuple[Generation, ...]
+    settings: AgentSettings = AgentSettings()
+    last_request: BuildRequest | None = None
+    scope: Scope = Scope()
+    refresh_streak: int = 0
 
     @property
     def current(self) -> Generation:
@@ -58,7 +71,11 @@ class Generations(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _replace_current(ag: AgentGenerations, gen: Generation) -> AgentGenerations:
-    return AgentGenerations(agent=ag.agent, generations=(*ag.generations[:-1], gen))
+    return msgspec.structs.replace(ag, generations=(*ag.generations[:-1], gen))
+
+
+def _with_agent(state: Generations, agent_id: str, ag: AgentGenerations) -> Generations:
+    return Generations(by_agent={**state.by_agent, agent_id: ag})
 
 
 def _next_order(
@@ -78,7 +95,22 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
                 return state
             first = Generation(number=1, kind="initial", budget=agent.budget)
             entry = AgentGenerations(agent=agent, generations=(first,))
-            return Generations(by_agent={**state.by_agent, agent.agent_id: entry})
+            return _with_agent(state, agent.agent_id, entry)
+        case AgentConfigured(agent_id=aid, settings=settings):
+            ag = state.by_agent.get(aid)
+            if ag is None:
+                return state
+            return _with_agent(state, aid, msgspec.structs.replace(ag, settings=settings))
+        case ContextBuildingStarted(agent_id=aid, request=request) if request is not None:
+            ag = state.by_agent.get(aid)
+            if ag is None:
+                return state
+            return _with_agent(state, aid, msgspec.structs.replace(ag, last_request=request))
+        case CacheUsageRecorded(agent_id=aid) | TurnSucceeded(agent_id=aid):
+            ag = state.by_agent.get(aid)
+            if ag is None or ag.refresh_streak == 0:
+                return state
+            return _with_agent(state, aid, msgspec.structs.replace(ag, refresh_streak=0))
         case ContextPackBuilt():
             ag = state.by_agent.get(event.agent_id)
             if ag is None:
@@ -98,10 +130,14 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
                 selection_hash=event.selection_hash,
                 decisions=apply_decision_delta(cur.decisions, event.decisions, event.retired),
                 order=_next_order(cur.order, event.order_appended, event.retired),
+                prompt_bytes=event.prompt_bytes,
+                expected_cached_bytes=event.expected_cached_bytes,
             )
-            return Generations(
-                by_agent={**state.by_agent, event.agent_id: _replace_current(ag, gen)}
-            )
+            updated = _replace_current(ag, gen)
+            if cur.builds == 0:  # the generation's first pack fixes its scope
+                scope = ag.last_request.scope if ag.last_request is not None else Scope()
+                updated = msgspec.structs.replace(updated, scope=scope)
+            return _with_agent(state, event.agent_id, updated)
         case GenerationRefreshed():
             ag = state.by_agent.get(event.agent_id)
             if ag is None:
@@ -115,8 +151,11 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
                 strategy=event.strategy,
                 budget=event.budget,
             )
-            entry = AgentGenerations(agent=ag.agent, generations=(*ag.generations, gen))
-            return Generations(by_agent={**state.by_agent, event.agent_id: entry})
+            streak = ag.refresh_streak + (1 if event.kind == "refresh" else 0)
+            entry = msgspec.structs.replace(
+                ag, generations=(*ag.generations, gen), refresh_streak=streak, scope=Scope()
+            )
+            return _with_agent(state, event.agent_id, entry)
         case (
             ItemRecorded()
             | SteeringNoteAdded()
@@ -128,7 +167,6 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
             | ContextBuildingFailed()
             | ContextBuildingInterrupted()
             | TurnFailed()
-            | CacheUsageRecorded()
             | MemoryPromoted()
             | MemoryVerified()
             | MemoryMarkedStale()

@@ -4,12 +4,13 @@ the read models (generation, usage, included/excluded with reasons, composition,
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import msgspec
 
 from ctxledger.domain.errors import UnknownAgentError, UnknownGenerationError
 from ctxledger.domain.events import (
+    AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
     ContextBuildingFailed,
@@ -31,11 +32,14 @@ from ctxledger.domain.events import (
     RecallRendered,
     SteeringNoteAdded,
     TurnFailed,
+    TurnSucceeded,
 )
 from ctxledger.domain.model import AgentIdentity, Decision, Generation, Item
+from ctxledger.domain.settings import AgentSettings
+from ctxledger.projections.context_state import ContextStates
 from ctxledger.projections.gc_indicators import AgentIndicators, GcIndicators
 from ctxledger.projections.generations import Generations
-from ctxledger.projections.pool import AgentPool
+from ctxledger.projections.pool import AgentPool, Pool, verified_form
 
 __all__ = [
     "Control",
@@ -43,6 +47,7 @@ __all__ = [
     "GenerationDiff",
     "InspectorState",
     "ItemView",
+    "ViewModels",
     "diff_generations",
     "evolve_inspector",
     "inspect_agent",
@@ -98,6 +103,11 @@ def evolve_inspector(state: InspectorState, event: Event) -> InspectorState:
             cur = state.by_agent.get(a, AgentInspector())
             new = msgspec.structs.replace(cur, recall=event)
             return InspectorState(by_agent={**state.by_agent, a: new})
+        case AgentConfigured(agent_id=a, settings=cfg, by=by):
+            detail = f"strategy {cfg.strategy} · budget {cfg.budget or 'identity'}" + (
+                f" · by {by}" if by else ""
+            )
+            return _with_control(state, a, Control(at=event.at, kind="configure", detail=detail))
         case TurnFailed(agent_id=a):
             cur = state.by_agent.get(a, AgentInspector())
             text = f"{event.error_class}: {event.provider} {event.code} {event.message}".strip()
@@ -112,6 +122,7 @@ def evolve_inspector(state: InspectorState, event: Event) -> InspectorState:
             | ContextBuildingFailed()
             | ContextBuildingInterrupted()
             | CacheUsageRecorded()
+            | TurnSucceeded()
             | MemoryVerified()
             | MemoryMarkedStale()
             | MemoryRetired()
@@ -169,11 +180,22 @@ class ContextView(msgspec.Struct, frozen=True, kw_only=True):
     recall: dict[str, Any]
     controls: tuple[Control, ...]
     last_turn_error: str = ""
+    building: str = ""
+    settings: AgentSettings = AgentSettings()
 
 
 def _preview(text: str, n: int = 120) -> str:
     one = " ".join(text.split())
     return one if len(one) <= n else one[: n - 1] + "…"
+
+
+def _shown(pool: AgentPool, item_id: str, d: Decision) -> Item | None:
+    """The item as the prompt shows it: in its verified form once the pool holds it verified
+    (or the pack sent it verified), so a view never calls a verified finding unverified."""
+    item = pool.items.get(item_id)
+    if item is None:
+        return None
+    return verified_form(item) if d.verified or item_id in pool.verified else item
 
 
 def _item_view(item: Item | None, item_id: str, d: Decision) -> ItemView:
@@ -201,10 +223,26 @@ def _item_view(item: Item | None, item_id: str, d: Decision) -> ItemView:
     )
 
 
+class ViewModels(Protocol):
+    """The read models the views below read; ``catalog.ReadModels`` is one (catalog imports
+    this module, so the views name this protocol instead of importing it)."""
+
+    @property
+    def generations(self) -> Generations: ...
+    @property
+    def pool(self) -> Pool: ...
+    @property
+    def gc_indicators(self) -> GcIndicators: ...
+    @property
+    def inspector(self) -> InspectorState: ...
+    @property
+    def context_state(self) -> ContextStates: ...
+
+
 def _generation(
-    states: dict[str, Any], agent_id: str, number: int | None
+    models: ViewModels, agent_id: str, number: int | None
 ) -> tuple[AgentIdentity, Generation, int]:
-    gens: Generations = states["generations"]
+    gens: Generations = models.generations
     ag = gens.by_agent.get(agent_id)
     if ag is None:
         raise UnknownAgentError(f"unknown agent {agent_id[:80]!r}")
@@ -229,21 +267,17 @@ def _gc_dict(ind: AgentIndicators | None) -> dict[str, Any]:
     }
 
 
-def inspect_agent(
-    states: dict[str, Any], agent_id: str, generation: int | None = None
-) -> ContextView:
+def inspect_agent(models: ViewModels, agent_id: str, generation: int | None = None) -> ContextView:
     """The Context view, read from the read models only (never re-runs a build)."""
-    agent, gen, count = _generation(states, agent_id, generation)
-    pool: AgentPool = (
-        states["pool"].by_agent.get(agent_id, AgentPool()) if "pool" in states else AgentPool()
-    )
+    agent, gen, count = _generation(models, agent_id, generation)
+    pool = models.pool.by_agent.get(agent_id, AgentPool())
     included: list[ItemView] = []
     excluded: list[ItemView] = []
     by_layer: dict[str, int] = {}
     by_source: dict[str, int] = {}
     order = {item_id: n for n, item_id in enumerate(gen.order)}
     for item_id, d in sorted(gen.decisions.items(), key=lambda kv: (order.get(kv[0], -1), kv[0])):
-        view = _item_view(pool.items.get(item_id), item_id, d)
+        view = _item_view(_shown(pool, item_id, d), item_id, d)
         if d.action == "dropped":
             excluded.append(view)
         else:
@@ -253,9 +287,9 @@ def inspect_agent(
     if gen.reserved:  # tokens held for the status line, recall group and user input
         by_layer["volatile_tail"] = gen.reserved
         by_source["volatile_tail"] = gen.reserved
-    inspector: InspectorState = states.get("inspector", InspectorState())
+    inspector = models.inspector
     ai = inspector.by_agent.get(agent_id, AgentInspector())
-    gc: GcIndicators = states.get("gc_indicators", GcIndicators())
+    gc: GcIndicators = models.gc_indicators
     recall: dict[str, Any] = {}
     if ai.recall is not None:
         recall = {
@@ -284,6 +318,8 @@ def inspect_agent(
         recall=recall,
         controls=ai.controls,
         last_turn_error=ai.last_turn_error,
+        building=models.context_state.building_pack(agent_id),
+        settings=models.generations.by_agent[agent_id].settings,
     )
 
 
@@ -302,12 +338,12 @@ class GenerationDiff(msgspec.Struct, frozen=True, kw_only=True):
     tokens_to: int
 
 
-def diff_generations(states: dict[str, Any], agent_id: str, a: int, b: int) -> GenerationDiff:
+def diff_generations(models: ViewModels, agent_id: str, a: int, b: int) -> GenerationDiff:
     """Items that entered, left, were compressed or clipped between generations *a* and *b*."""
-    _, ga, _ = _generation(states, agent_id, a)
-    _, gb, _ = _generation(states, agent_id, b)
-    pool: AgentPool = states["pool"].by_agent.get(agent_id, AgentPool())
-    gens: Generations = states["generations"]
+    _, ga, _ = _generation(models, agent_id, a)
+    _, gb, _ = _generation(models, agent_id, b)
+    pool = models.pool.by_agent.get(agent_id, AgentPool())
+    gens: Generations = models.generations
     lo, hi = min(a, b), max(a, b)
     reasons = tuple(
         f"{g.number}: {g.kind} ({g.trigger or 'initial'}) {g.reason}".strip()
@@ -320,33 +356,23 @@ def diff_generations(states: dict[str, Any], agent_id: str, a: int, b: int) -> G
 
     ka, kb = kept(ga), kept(gb)
     entered = tuple(
-        _item_view(pool.items.get(k), k, d) for k, d in sorted(kb.items()) if k not in ka
+        _item_view(_shown(pool, k, d), k, d) for k, d in sorted(kb.items()) if k not in ka
     )
     left_items = []
     for k in sorted(ka):
         if k in kb:
             continue
-        why = gb.decisions.get(k)
-        left_items.append(
-            _item_view(
-                pool.items.get(k),
-                k,
-                why
-                if why is not None
-                else Decision(
-                    item_id=k,
-                    action="dropped",
-                    reason="not a candidate (removed or dropped at refresh)",
-                ),
-            )
+        why = gb.decisions.get(k) or Decision(
+            item_id=k, action="dropped", reason="not a candidate (removed or dropped at refresh)"
         )
+        left_items.append(_item_view(_shown(pool, k, why), k, why))
     compressed = tuple(
-        _item_view(pool.items.get(k), k, d)
+        _item_view(_shown(pool, k, d), k, d)
         for k, d in sorted(kb.items())
         if d.action == "compressed" and (ka.get(k) is None or ka[k].action != "compressed")
     )
     clipped = tuple(
-        _item_view(pool.items.get(k), k, d)
+        _item_view(_shown(pool, k, d), k, d)
         for k, d in sorted(kb.items())
         if d.action == "clipped" and (ka.get(k) is None or ka[k].action != "clipped")
     )

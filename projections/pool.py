@@ -7,6 +7,7 @@ from typing import assert_never
 import msgspec
 
 from ctxledger.domain.events import (
+    AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
     ContextBuildingFailed,
@@ -28,10 +29,11 @@ from ctxledger.domain.events import (
     RecallRendered,
     SteeringNoteAdded,
     TurnFailed,
+    TurnSucceeded,
 )
 from ctxledger.domain.model import Item, Source
 
-__all__ = ["AgentPool", "Pool", "evolve_pool", "verified_form"]
+__all__ = ["AgentPool", "Pool", "evolve_pool", "steering_form", "verified_form"]
 
 _VERIFIABLE = (Source.WORKER_FINDING, Source.UNVERIFIED_HYPOTHESIS, Source.VERIFIED_FACT)
 
@@ -79,6 +81,15 @@ def verified_form(item: Item) -> Item:
     return msgspec.structs.replace(item, verified=True, source=source)
 
 
+def steering_form(item: Item) -> Item:
+    """A steering note as the pool holds it, however it was recorded (``SteeringNoteAdded``
+    or ``ItemRecorded`` with source ``steering_note``): a pinned steering note, so it is
+    forced into every pack of its stage and never dropped for room."""
+    if item.pinned and item.source is Source.STEERING_NOTE:
+        return item
+    return msgspec.structs.replace(item, source=Source.STEERING_NOTE, pinned=True)
+
+
 def _put(state: Pool, agent_id: str, pool: AgentPool) -> Pool:
     return Pool(by_agent={**state.by_agent, agent_id: pool})
 
@@ -111,11 +122,13 @@ def _update_item(state: Pool, agent_id: str, item_id: str, **changes: object) ->
 def evolve_pool(state: Pool, event: Event) -> Pool:
     """Fold one event into the pool."""
     match event:
-        case (
-            ItemRecorded(agent_id=agent_id, item=item)
-            | SteeringNoteAdded(agent_id=agent_id, item=item)
-        ):
+        case ItemRecorded(agent_id=agent_id, item=item):
+            if item.source is Source.STEERING_NOTE:
+                item = steering_form(item)
             return _put(state, agent_id, _record(state.by_agent.get(agent_id, AgentPool()), item))
+        case SteeringNoteAdded(agent_id=agent_id, item=item):
+            note = steering_form(item)
+            return _put(state, agent_id, _record(state.by_agent.get(agent_id, AgentPool()), note))
         case ItemPinned(agent_id=agent_id, item_id=item_id):
             return _update_item(state, agent_id, item_id, pinned=True)
         case ItemUnpinned(agent_id=agent_id, item_id=item_id):
@@ -155,6 +168,8 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             | ContextBuildingFailed()
             | ContextBuildingInterrupted()
             | TurnFailed()
+            | TurnSucceeded()
+            | AgentConfigured()
             | CacheUsageRecorded()
             | MemoryPromoted()
             | MemoryVerified()

@@ -7,6 +7,7 @@ from typing import assert_never
 import msgspec
 
 from ctxledger.domain.events import (
+    AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
     ContextBuildingFailed,
@@ -28,6 +29,7 @@ from ctxledger.domain.events import (
     RecallRendered,
     SteeringNoteAdded,
     TurnFailed,
+    TurnSucceeded,
 )
 
 __all__ = ["AgentStrategyMetrics", "StrategyMetrics", "evolve_strategy_metrics"]
@@ -121,7 +123,9 @@ def evolve_strategy_metrics(state: StrategyMetrics, event: Event) -> StrategyMet
                 ),
             )
         case (
-            SteeringNoteAdded()
+            AgentConfigured()
+            | TurnSucceeded()
+            | SteeringNoteAdded()
             | ItemPinned()
             | ItemUnpinned()
             | ItemRemoved()

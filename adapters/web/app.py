@@ -26,6 +26,8 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ctxledger.adapters.bootstrap import open_engine
+from ctxledger.adapters.controls import apply_control
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.ledger import LedgerUnavailableError, open_ledger
 from ctxledger.adapters.memory_catalog import MemoryCatalog
@@ -39,10 +41,10 @@ from ctxledger.adapters.web.controls import (
     MAX_FORM_BYTES,
     ControlForm,
     FormError,
-    apply_control,
     check_item,
     check_origin,
     check_token,
+    control_of,
     parse_control,
     parse_form,
     parse_memory_control,
@@ -57,6 +59,7 @@ from ctxledger.domain.errors import (
     UnknownGenerationError,
 )
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.projections.catalog import ReadModels
 
 __all__ = ["create_app", "display_url"]
 
@@ -127,16 +130,16 @@ class _Backend:
         self._write_lock = threading.Lock()
         self._counter: TokenCounter | None = None
 
-    def states(self) -> tuple[dict[str, Any], int]:
+    def states(self) -> tuple[ReadModels, int]:
         """A consistent snapshot of every read model and the log position it reflects."""
         with self._read_lock:
             self._runner.catch_up()
-            return dict(self._runner.states), self._runner.position
+            return self._runner.models, self._runner.position
 
     def _engine(self, memory: ProjectMemory | None) -> ContextEngine:
         if self._counter is None:
             self._counter = default_counter()
-        return ContextEngine(self.ledger, counter=self._counter, memory=memory)
+        return open_engine(self.ledger, counter=self._counter, memory=memory)
 
     @contextlib.contextmanager
     def _memory(self) -> Iterator[ProjectMemory]:
@@ -161,7 +164,7 @@ class _Backend:
             engine = self._engine(memory)
             engine.agent(agent_id)
             check_item(engine.pool(agent_id), form)
-            return apply_control(engine, agent_id, form)
+            return apply_control(engine, control_of(agent_id, form)).generation
 
     def memory_control(self, form: ControlForm) -> None:
         """Verify one memory entry through the engine (catalog and MemoryVerified event)."""

@@ -8,7 +8,16 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
-from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.controls import (
+    Control,
+    Pin,
+    Promote,
+    Rebuild,
+    Refresh,
+    Remove,
+    Unpin,
+    Verify,
+)
 from ctxledger.domain.memory import is_memory_id
 from ctxledger.projections.pool import AgentPool
 
@@ -19,10 +28,10 @@ __all__ = [
     "MAX_FORM_BYTES",
     "ControlForm",
     "FormError",
-    "apply_control",
     "check_item",
     "check_origin",
     "check_token",
+    "control_of",
     "parse_control",
     "parse_form",
     "parse_memory_control",
@@ -37,6 +46,7 @@ _FIELDS: Final = frozenset(
 )
 _LIMITS: Final = {"item_id": 200, "memory_id": 80, "reason": 200, "evidence": 500, "next": 500}
 BY: Final = "web-inspector"
+MANUAL_REASON: Final = "manual (web inspector)"
 
 
 class FormError(Exception):
@@ -172,23 +182,23 @@ def check_item(pool: AgentPool, form: ControlForm) -> None:
         raise FormError(400, f"item {form.item_id[:80]!r} is pinned or mandatory; unpin it first")
 
 
-def apply_control(engine: ContextEngine, agent_id: str, form: ControlForm) -> int | None:
-    """Append the control's events through the engine; returns a new generation number when
-    the control started one (refresh, rebuild)."""
-    if form.action == "refresh":
-        result = engine.refresh(agent_id, reason=form.reason or "manual (web inspector)")
-        return result.generation
-    if form.action == "rebuild":
-        result = engine.rebuild(agent_id, reason=form.reason or "web inspector")
-        return result.generation
-    if form.action == "pin":
-        engine.pin(agent_id, form.item_id, by=BY)
-    elif form.action == "unpin":
-        engine.unpin(agent_id, form.item_id, by=BY)
-    elif form.action == "remove":
-        engine.remove(agent_id, form.item_id, reason=form.reason or "manual (web inspector)")
-    elif form.action == "verify":
-        engine.verify_finding(agent_id, form.item_id, by=BY, evidence=form.evidence)
-    else:  # promote: the body goes to the catalog, the ledger gets MemoryPromoted
-        engine.promote(agent_id, form.item_id)
-    return None
+def control_of(agent_id: str, form: ControlForm) -> Control:
+    """The control struct of a validated form (``apply_control`` appends its events)."""
+    match form.action:
+        case "refresh":
+            return Refresh(agent_id=agent_id, reason=form.reason or MANUAL_REASON)
+        case "rebuild":
+            return Rebuild(agent_id=agent_id, reason=form.reason or "web inspector")
+        case "pin":
+            return Pin(agent_id=agent_id, item_id=form.item_id, by=BY)
+        case "unpin":
+            return Unpin(agent_id=agent_id, item_id=form.item_id, by=BY)
+        case "remove":
+            reason = form.reason or MANUAL_REASON
+            return Remove(agent_id=agent_id, item_id=form.item_id, reason=reason)
+        case "verify":
+            return Verify(agent_id=agent_id, item_id=form.item_id, by=BY, evidence=form.evidence)
+        case "promote":  # the body goes to the catalog, the ledger gets MemoryPromoted
+            return Promote(agent_id=agent_id, item_id=form.item_id)
+        case _:
+            raise FormError(400, f"unknown action {form.action[:40]!r}")

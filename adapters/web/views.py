@@ -17,6 +17,7 @@ from ctxledger.domain.errors import CtxLedgerError, UnknownAgentError
 from ctxledger.domain.memory import MEMORY_STATES, MemoryEntry
 from ctxledger.domain.model import AgentIdentity, Generation, Item, Source
 from ctxledger.projections.cache_stats import CacheStats, CacheTotals
+from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.context_state import ContextState, ContextStates
 from ctxledger.projections.generations import AgentGenerations, Generations
 from ctxledger.projections.inspector import (
@@ -44,21 +45,21 @@ __all__ = [
 _VERIFIABLE = frozenset({Source.WORKER_FINDING.value, Source.UNVERIFIED_HYPOTHESIS.value})
 
 
-def _agent(states: dict[str, Any], agent_id: str) -> AgentGenerations:
-    gens: Generations = states["generations"]
+def _agent(states: ReadModels, agent_id: str) -> AgentGenerations:
+    gens: Generations = states.generations
     found = gens.by_agent.get(agent_id)
     if found is None:
         raise UnknownAgentError(f"unknown agent {agent_id[:80]!r}")
     return found
 
 
-def _pool(states: dict[str, Any], agent_id: str) -> AgentPool:
-    pool: Pool = states["pool"]
+def _pool(states: ReadModels, agent_id: str) -> AgentPool:
+    pool: Pool = states.pool
     return pool.by_agent.get(agent_id, AgentPool())
 
 
-def _cache(states: dict[str, Any]) -> CacheStats:
-    stats: CacheStats = states["cache_stats"]
+def _cache(states: ReadModels) -> CacheStats:
+    stats: CacheStats = states.cache_stats
     return stats
 
 
@@ -74,11 +75,11 @@ class AgentRow:
     metrics: AgentStrategyMetrics
 
 
-def agents_page(states: dict[str, Any]) -> dict[str, Any]:
+def agents_page(states: ReadModels) -> dict[str, Any]:
     """Every agent with its current generation, build state and cache figures."""
-    gens: Generations = states["generations"]
-    ctx: ContextStates = states["context_state"]
-    metrics: StrategyMetrics = states["strategy_metrics"]
+    gens: Generations = states.generations
+    ctx: ContextStates = states.context_state
+    metrics: StrategyMetrics = states.strategy_metrics
     cache = _cache(states)
     rows = [
         AgentRow(
@@ -94,12 +95,12 @@ def agents_page(states: dict[str, Any]) -> dict[str, Any]:
     return {"agents": rows, "overall": cache.overall}
 
 
-def agent_page(states: dict[str, Any], agent_id: str) -> dict[str, Any]:
+def agent_page(states: ReadModels, agent_id: str) -> dict[str, Any]:
     """An agent's identity and its timeline of generations with the reason of each change."""
     ag = _agent(states, agent_id)
-    ctx: ContextStates = states["context_state"]
-    metrics: StrategyMetrics = states["strategy_metrics"]
-    inspector: InspectorState = states["inspector"]
+    ctx: ContextStates = states.context_state
+    metrics: StrategyMetrics = states.strategy_metrics
+    inspector: InspectorState = states.inspector
     ai = inspector.by_agent.get(agent_id, AgentInspector())
     numbers = [g.number for g in ag.generations]
     chart = grouped_chart(
@@ -115,6 +116,8 @@ def agent_page(states: dict[str, Any], agent_id: str) -> dict[str, Any]:
         "generations": ag.generations,
         "current": current,
         "state": ctx.by_agent.get(agent_id, ContextState()),
+        "building": ctx.building_pack(agent_id),
+        "settings": ag.settings,
         "metrics": metrics.by_agent.get(agent_id, AgentStrategyMetrics()),
         "controls": ai.controls,
         "last_turn_error": ai.last_turn_error,
@@ -174,7 +177,7 @@ def _extra(pool: AgentPool, item_id: str) -> ItemExtra:
     )
 
 
-def generation_page(states: dict[str, Any], agent_id: str, number: int) -> dict[str, Any]:
+def generation_page(states: ReadModels, agent_id: str, number: int) -> dict[str, Any]:
     """The Context view of one generation: usage, composition, items and their fates."""
     view = inspect_agent(states, agent_id, number)
     ag = _agent(states, agent_id)
@@ -206,7 +209,7 @@ def generation_page(states: dict[str, Any], agent_id: str, number: int) -> dict[
     }
 
 
-def diff_page(states: dict[str, Any], agent_id: str, a: int, b: int) -> dict[str, Any]:
+def diff_page(states: ReadModels, agent_id: str, a: int, b: int) -> dict[str, Any]:
     """What entered, left, was compressed or clipped between generations *a* and *b*."""
     d = diff_generations(states, agent_id, a, b)
     ag = _agent(states, agent_id)
@@ -218,10 +221,10 @@ def diff_page(states: dict[str, Any], agent_id: str, a: int, b: int) -> dict[str
     }
 
 
-def cache_page(states: dict[str, Any]) -> dict[str, Any]:
+def cache_page(states: ReadModels) -> dict[str, Any]:
     """Hit rate per agent and generation, and expected vs reported cached tokens."""
     cache = _cache(states)
-    gens: Generations = states["generations"]
+    gens: Generations = states.generations
     agents = []
     for agent_id in sorted(set(cache.by_agent) | set(gens.by_agent)):
         per_gen = sorted(cache.by_generation.get(agent_id, {}).items())
@@ -289,9 +292,9 @@ def list_catalog(path: Path | None) -> MemoryListing:
     return MemoryListing(status="ok", entries=entries, counts=counts)
 
 
-def memory_page(states: dict[str, Any], catalog: Path | None) -> dict[str, Any]:
+def memory_page(states: ReadModels, catalog: Path | None) -> dict[str, Any]:
     """Catalog entries and states, plus the promotions the ledger recorded."""
-    inspector: InspectorState = states["inspector"]
+    inspector: InspectorState = states.inspector
     promotions = [
         (agent_id, c)
         for agent_id, ai in sorted(inspector.by_agent.items())

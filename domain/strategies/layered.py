@@ -1,7 +1,8 @@
 """``layered``: the core-context DefaultContextPackBuilder + DefaultContextCompressor.
 
 1. pinned = steering notes + event history (+ anything pinned/mandatory): never dropped;
-2. scope exclusions and clipping as in every strategy;
+2. scope exclusions, clipping and steering notes of other stages (``other_stage``) as in
+   every strategy;
 3. per-source compression — SteeringNote, EventHistory: keep all; Artifact: keep the latest
    per ``source_id`` (older ``superseded``); ToolLog: identical content de-duplicated (the
    first kept, later ``duplicate``); Conversation: keep the last N (older
@@ -31,6 +32,7 @@ from ctxledger.domain.packing import (
     Candidate,
     PackResult,
     Unit,
+    drop_other_stage,
     effective_budget,
     make_units,
     prepare,
@@ -96,7 +98,8 @@ class LayeredStrategy:
     ) -> PackResult:
         limit = effective_budget(request)
         acc = Accumulator(counter, self.name)
-        units = make_units(prepare(candidates, counter), forced=_forced)
+        cands = drop_other_stage(prepare(candidates, counter), request.stage_id, acc)
+        units = make_units(cands, forced=_forced)
         excluded = scope_excluder(request.scope)
         clip_limit = request.scope.clip_above_tokens
 

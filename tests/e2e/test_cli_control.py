@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.e2e._cli import run
 
 
@@ -61,3 +63,36 @@ def test_readers_refuse_a_missing_store(tmp_path: Path) -> None:
         assert out.returncode == 1
         assert "no ledger at missing.db" in out.stderr
     assert not (tmp_path / "missing.db").exists()
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "trajectories"
+
+
+@pytest.mark.parametrize("strategy", ["summary", "layered"])
+def test_a_new_process_builds_with_the_recorded_settings(tmp_path: Path, strategy: str) -> None:
+    """simulate with --strategy/--budget, then `control refresh|rebuild` from new processes:
+    both build with the settings the ledger recorded, not the engine's defaults, and every
+    build re-derives."""
+    store = "sqlite:///s.db"
+    traj = str(FIXTURES / "swe_agent_small.traj")
+    sim = run(
+        "simulate", traj, "--strategy", strategy, "--budget", "1500", "--store", store, cwd=tmp_path
+    )
+    assert sim.returncode == 0, sim.stderr
+    agent = json.loads(run("inspect", "--store", store, "--json", cwd=tmp_path).stdout)["agent"][
+        "agent_id"
+    ]
+    for action in ("rebuild", "refresh"):
+        done = run("control", action, "--store", store, "--agent", agent, "--json", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        view = json.loads(
+            run("inspect", "--store", store, "--agent", agent, "--json", cwd=tmp_path).stdout
+        )
+        assert view["generation"] == json.loads(done.stdout)["generation"]
+        assert (view["strategy"], view["budget"]) == (strategy, 1500)
+        assert view["settings"]["strategy"] == strategy
+    audit = run("audit", "--store", store, "--rederive", "--json", cwd=tmp_path)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    report = json.loads(audit.stdout)
+    assert report["builds"] == report["rederived"] > 0
+    assert (report["mismatches"], report["not_rederivable"]) == (0, 0)

@@ -21,6 +21,13 @@ def test_demo_then_replay_verify_is_equal(tmp_path: Path) -> None:
     assert result["equal"] is True
     assert result["events"] >= 10
     assert set(result["projections"]) >= {"context_state", "generations"}
+    audit = run(
+        "audit", "--store", "sqlite:///.ctxledger/demo.db", "--rederive", "--json", cwd=tmp_path
+    )
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    report = json.loads(audit.stdout)
+    assert report["builds"] == report["rederived"] > 0
+    assert (report["mismatches"], report["not_rederivable"]) == (0, 0)
 
 
 def test_replay_verify_detects_a_tampered_read_model(tmp_path: Path) -> None:

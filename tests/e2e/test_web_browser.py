@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -27,6 +27,7 @@ from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import Generation, Layer, Source
 from ctxledger.projections.cache_stats import CacheStats
+from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.generations import Generations
 from tests.e2e._cli import CLI, run
 
@@ -136,13 +137,13 @@ def serving(cwd: Path, *extra: str) -> Iterator[str]:
                 stream.close()
 
 
-def states(cwd: Path) -> dict[str, Any]:
+def states(cwd: Path) -> ReadModels:
     with open_ledger(f"sqlite:///{cwd / 'demo.db'}") as ledger:
         return read_states(ledger)
 
 
 def generations(cwd: Path) -> tuple[Generation, ...]:
-    gens: Generations = states(cwd)["generations"]
+    gens: Generations = states(cwd).generations
     return gens.by_agent[AGENT].generations
 
 
@@ -217,7 +218,7 @@ def test_navigate_agent_generation_diff_and_read_the_numbers(demo: Path, page: P
         reasons = page.locator('[data-testid="reasons"] li').all_inner_texts()
         assert len(reasons) == current.number - first
 
-        cache: CacheStats = states(demo)["cache_stats"]
+        cache: CacheStats = states(demo).cache_stats
         page.get_by_role("link", name="Cache", exact=True).click()
         page.wait_for_url("**/cache")
         assert text_of(page, "calls", '[data-testid="overall"]') == str(cache.overall.calls)

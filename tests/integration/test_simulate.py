@@ -44,8 +44,11 @@ def _check_store(capsys: pytest.CaptureFixture[str], url: str) -> None:
     verify = _cli_json(capsys, "replay", "--store", url, "--verify", "--json")
     assert verify["equal"] is True
     assert verify["behind"] == 0
-    audit = _cli_json(capsys, "audit", "--store", url, "--json")
+    audit = _cli_json(capsys, "audit", "--store", url, "--rederive", "--json")
     assert audit["clean"] is True, audit["violations"]
+    # every build re-derives from the log alone: same planner, same selection
+    assert audit["builds"] == audit["rederived"] > 0
+    assert (audit["mismatches"], audit["not_rederivable"]) == (0, 0), audit
 
 
 def _check_targets(r: SimulationReport) -> None:

@@ -14,6 +14,7 @@ from ctxledger.adapters.ledger import Ledger, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, replay_states
 from ctxledger.adapters.testing import ContextStateMachine
 from ctxledger.domain import events as ev
+from ctxledger.projections.catalog import read_models
 from ctxledger.projections.context_state import ContextState, ContextStates
 
 
@@ -32,8 +33,8 @@ class SQLiteLedgerMachine(ContextStateMachine):
 
     def observed_state(self) -> ContextState:
         states, _, _ = replay_states(self.ledger)
-        replayed: ContextStates = states["context_state"]
-        live: ContextStates = self.runner.states["context_state"]
+        replayed: ContextStates = read_models(states).context_state
+        live: ContextStates = self.runner.models.context_state
         assert replayed == live
         return replayed.by_agent.get(self.agent_id, ContextState())
 

@@ -147,4 +147,4 @@ def test_state_survives_a_json_round_trip(events: list[Event]) -> None:
 @given(events=EVENTS)
 def test_registered_in_the_catalogue(events: list[Event]) -> None:
     assert "cache_stats" in [p.name for p in PROJECTIONS]
-    assert fold_all(events)["cache_stats"] == fold(events)
+    assert fold_all(events).cache_stats == fold(events)

@@ -11,11 +11,13 @@ from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import BuildResult, ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import encode_state, replay_states
+from ctxledger.adapters.rederive import rederive
 from ctxledger.domain.errors import InvalidInputError, RefreshExhaustedError
 from ctxledger.domain.model import AgentIdentity, Layer, Source
 from ctxledger.domain.prompt import Segment
 from ctxledger.domain.strategies import strategy_names
 from ctxledger.projections.audit import audit
+from ctxledger.projections.build_view import build_view, previous_prompt
 from ctxledger.projections.inspector import inspect_agent
 
 AGENT = "agent-1"
@@ -123,6 +125,12 @@ class EngineMachine(RuleBasedStateMachine):
             assert result.prompt.prefix_hash == previous.prompt.prefix_hash or (
                 result.prompt.segments[Segment.SESSION] != previous.prompt.segments[Segment.SESSION]
             )
+        # the previous prompt re-derived from the log alone equals what was sent (the engine
+        # keeps no prompt in memory: this is what the next build's cache expectation uses)
+        view = build_view(self.engine.agent(AGENT).current, self.engine.pool(AGENT))
+        rederived = previous_prompt(view.emitted)
+        assert rederived is not None
+        assert rederived.stable == result.prompt.stable
         self.last = result
         event(f"build:{result.kind}")
 
@@ -149,13 +157,12 @@ class EngineMachine(RuleBasedStateMachine):
         try:
             outcome = self.engine.on_turn_error(AGENT, CONTEXT_LIMIT)
         except RefreshExhaustedError:
-            # only allowed when the forced (pinned/mandatory) content cannot shrink further
-            forced = sum(
-                i.token_count
-                for i in self.engine.pool(AGENT).candidates()
-                if i.pinned or i.mandatory
-            )
-            assert forced >= 1 or before.tokens_used <= forced
+            # only after max_refreshes refreshes without a successful turn (folded from the
+            # log), and the exhausted ladder wrote no generation past them
+            folded = self.engine.agent(AGENT)
+            assert folded.refresh_streak == EngineSettings().max_refreshes
+            refreshes = [g for g in folded.generations if g.kind == "refresh"]
+            assert len(refreshes) >= EngineSettings().max_refreshes
             self.exhausted = True
             return
         assert outcome.refreshed
@@ -211,7 +218,7 @@ class EngineMachine(RuleBasedStateMachine):
         assert self.engine is not None
         gens = self.engine.agent(AGENT).generations
         number = data.draw(st.sampled_from([g.number for g in gens]))
-        view = inspect_agent(self.engine.states, AGENT, number)
+        view = inspect_agent(self.engine.runner.models, AGENT, number)
         assert view.generation == number
         assert {v.id for v in view.included}.isdisjoint({v.id for v in view.excluded})
 
@@ -221,7 +228,7 @@ class EngineMachine(RuleBasedStateMachine):
             return
         states, _, _ = replay_states(self.engine.ledger)
         for name, state in states.items():
-            assert encode_state(self.engine.states[name]) == encode_state(state), name
+            assert encode_state(self.engine.runner.states[name]) == encode_state(state), name
 
     @invariant()
     def generations_contiguous(self) -> None:
@@ -235,6 +242,9 @@ class EngineMachine(RuleBasedStateMachine):
             return
         records = [(r.position, r.event) for r in self.engine.ledger.read_all()]
         assert audit(records) == []
+        report = rederive(self.engine.ledger.read_all())
+        assert (report.mismatches, report.not_rederivable) == (0, 0), report
+        assert report.rederived == report.builds
         self.engine.close()
 
 

@@ -5,17 +5,32 @@ from __future__ import annotations
 import random
 import time
 import traceback
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from ctxledger.adapters.engine import retry_on_conflict
 from ctxledger.adapters.ledger import Recorded, open_ledger
 from ctxledger.domain import events as ev
+from ctxledger.domain.errors import ConflictError
 
 __all__ = ["AT", "append_worker", "batch_events", "engine_worker", "follow_writer", "pack_id"]
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 CONFLICT_ATTEMPTS = 100_000
+
+
+def retry_on_conflict(
+    fn: Callable[[], Any], *, attempts: int, on_conflict: Callable[[], object]
+) -> Any:
+    """Run *fn*; on ConflictError call *on_conflict* (re-read, back off) and retry."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except ConflictError:
+            if attempt == attempts - 1:
+                raise
+            on_conflict()
+    return None
 
 
 def pack_id(worker: int, seq: int, part: int) -> str:
@@ -40,7 +55,7 @@ def append_worker(
     results: Any,
 ) -> None:
     """Append *appends* batches (sizes 1, 2, 3, 1, …) to *stream*, retrying conflicts through
-    the engine's ``retry_on_conflict``; report acknowledged positions and the conflict count."""
+    ``retry_on_conflict``; report acknowledged positions and the conflict count."""
     try:
         ledger = open_ledger(url)
         try:

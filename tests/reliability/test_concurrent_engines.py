@@ -17,6 +17,7 @@ from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import replay_states
 from ctxledger.domain.model import AgentIdentity
 from ctxledger.projections.audit import audit
+from ctxledger.projections.catalog import read_models
 from ctxledger.projections.pool import Pool
 from tests.reliability._support import pick, record, rerun
 from tests.reliability._workers import engine_worker
@@ -77,7 +78,7 @@ def test_engines_in_several_processes_share_one_agent(
         violations = audit(records)
         states, count, _ = replay_states(ledger)
     assert violations == []
-    pool: Pool = states["pool"]
+    pool: Pool = read_models(states).pool
     assert recorded <= set(pool.by_agent[AGENT].items)  # no recorded item lost
     assert len(recorded) == PROCESSES * TURNS
 

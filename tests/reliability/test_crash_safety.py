@@ -19,7 +19,7 @@ from typing import Any
 from ctxledger.adapters.ledger import Recorded, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
 from ctxledger.domain import events as ev
-from ctxledger.projections.catalog import PROJECTIONS
+from ctxledger.projections.catalog import PROJECTIONS, read_models
 from ctxledger.projections.context_state import ContextStates
 from tests.reliability._crash_writer import crash_writer, parse_batch_id
 from tests.reliability._support import pick, record, rerun
@@ -135,7 +135,7 @@ def test_sigkilled_writer_never_corrupts_the_ledger(tmp_path: Path) -> None:
             runner.run_once()
             reference = _fold(reference, new[cut:])
             assert _same(runner, reference)
-            states: ContextStates = reference["context_state"]
+            states: ContextStates = read_models(reference).context_state
             assert not any(s.building_in_progress for s in states.by_agent.values())
             verified_end = runner.position
     elapsed = time.monotonic() - started

@@ -134,7 +134,7 @@ def test_follower_and_runner_under_concurrent_writers(pg_url: str) -> None:
     assert written_at_restart < TOTAL, "the restart was not mid-way"
     assert applied1 == before_restart
     assert runner2.applied == TOTAL - before_restart
-    states: ContextStates = runner2.states["context_state"]
+    states: ContextStates = runner2.models.context_state
     for w in range(WRITERS):
         built = states.by_agent[f"w{w}"].built_pack_ids
         assert built == tuple(f"w{w}/{i}" for i in range(EVENTS_PER_WRITER))

@@ -136,6 +136,17 @@ def _pack(
     )
 
 
+def _note(stage: str) -> Item:
+    return Item(
+        id="n",
+        layer=Layer.L1,
+        source=Source.STEERING_NOTE,
+        content="only while fixing",
+        stage=stage,
+        pinned=True,
+    )
+
+
 @pytest.mark.parametrize(
     ("events", "rule"),
     [
@@ -162,6 +173,41 @@ def _pack(
                 )
             ],
             "unverified_as_verified",
+        ),
+        (
+            [
+                ev.ItemRecorded(
+                    at=AT,
+                    agent_id="a",
+                    item=Item(
+                        id="h",
+                        layer=Layer.L2,
+                        source=Source.UNVERIFIED_HYPOTHESIS,
+                        content="maybe the cache",
+                        verified=True,
+                    ),
+                )
+            ],
+            "unverified_as_verified",
+        ),
+        (
+            [
+                ev.SteeringNoteAdded(
+                    at=AT,
+                    agent_id="a",
+                    item=Item(id="n", layer=Layer.L1, source=Source.TOOL_LOG, content="c"),
+                ),
+                _pack((Decision(item_id="n", action="dropped", reason="over_budget"),)),
+            ],
+            "pinned_dropped",
+        ),
+        (
+            [
+                ev.SteeringNoteAdded(at=AT, agent_id="a", item=_note("fix")),
+                ev.ContextBuildingStarted(at=AT, agent_id="a", pack_id="p", stage_id="fix"),
+                _pack((Decision(item_id="n", action="dropped", reason="other_stage"),)),
+            ],
+            "pinned_dropped",
         ),
         (
             [ev.RecallRendered(at=AT, agent_id="a", memory_ids=("1", "2", "3", "4", "5"))],
@@ -207,6 +253,32 @@ def test_audit_names_each_violation_with_its_position(events: list[ev.Event], ru
     assert hit.position == len(records)
 
 
+def _registered(*events: ev.Event) -> list[tuple[int, ev.Event]]:
+    registered = ev.AgentRegistered(at=AT, agent=AgentIdentity(agent_id="a", role="primary"))
+    return list(enumerate([registered, *events], start=1))
+
+
+@pytest.mark.parametrize("stage_id", ["plan", ""])
+def test_audit_accepts_a_steering_note_left_out_of_another_stages_build(stage_id: str) -> None:
+    records = _registered(
+        ev.SteeringNoteAdded(at=AT, agent_id="a", item=_note("fix")),
+        ev.ContextBuildingStarted(at=AT, agent_id="a", pack_id="p", stage_id=stage_id),
+        _pack((Decision(item_id="n", action="dropped", reason="other_stage"),)),
+    )
+    assert audit(records) == []
+
+
+def test_audit_accepts_a_hypothesis_recorded_unverified_and_verified_explicitly() -> None:
+    hypothesis = Item(
+        id="h", layer=Layer.L2, source=Source.UNVERIFIED_HYPOTHESIS, content="maybe the cache"
+    )
+    records = _registered(
+        ev.ItemRecorded(at=AT, agent_id="a", item=hypothesis),
+        ev.FindingVerified(at=AT, agent_id="a", item_id="h", by="reviewer"),
+    )
+    assert audit(records) == []
+
+
 class _FlakyCounter:
     """A TokenCounter fake that fails on demand (the port is the unit under test's seam)."""
 
@@ -250,10 +322,10 @@ def test_a_build_that_raises_records_its_lifecycle(
     assert end.reason == (
         "interrupted" if error is KeyboardInterrupt else "RuntimeError: tokenizer unavailable"
     )
-    state = e.states["context_state"].by_agent["a"]
+    state = e.runner.models.context_state.by_agent["a"]
     assert not state.building_in_progress
     assert state.interrupted is (error is KeyboardInterrupt)
     counter.broken = None
     e.build("a")  # the engine recovers on the next build
-    assert e.states["context_state"].by_agent["a"].built_pack_ids
+    assert e.runner.models.context_state.by_agent["a"].built_pack_ids
     assert audit([(r.position, r.event) for r in e.ledger.read_all()]) == []

@@ -21,6 +21,7 @@ from ctxledger.adapters.web.app import display_url
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError, StoreURLError
 from ctxledger.domain.model import Generation, Layer, Source
+from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.generations import Generations
 from tests.web_store import AGENT, EngineStore, build_engine_store
 
@@ -69,13 +70,13 @@ def client(store: EngineStore) -> Iterator[TestClient]:
         yield c
 
 
-def states_of(store: EngineStore) -> dict[str, Any]:
+def states_of(store: EngineStore) -> ReadModels:
     with open_ledger(store.url) as ledger:
         return read_states(ledger)
 
 
 def generations(store: EngineStore) -> tuple[Generation, ...]:
-    gens: Generations = states_of(store)["generations"]
+    gens: Generations = states_of(store).generations
     return gens.by_agent[AGENT].generations
 
 
@@ -192,7 +193,7 @@ def test_diff_defaults_to_the_last_two_generations(client: TestClient) -> None:
 def test_cache_page_shows_hit_rate_and_expected_vs_reported(
     client: TestClient, store: EngineStore
 ) -> None:
-    cache = states_of(store)["cache_stats"]
+    cache = states_of(store).cache_stats
     html = client.get("/cache").text
     overall = html.split('data-testid="overall"', 1)[1].split("</dl>", 1)[0]
     assert by_testid(overall, "calls") == str(cache.overall.calls)
@@ -288,7 +289,7 @@ def test_pin_appends_item_pinned_and_redirects_back(client: TestClient, store: E
     assert len(new) == 1
     assert isinstance(new[0], ev.ItemPinned)
     assert (new[0].agent_id, new[0].item_id, new[0].by) == (AGENT, store.finding, "web-inspector")
-    assert states_of(store)["pool"].by_agent[AGENT].items[store.finding].pinned
+    assert states_of(store).pool.by_agent[AGENT].items[store.finding].pinned
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,44 @@
+"""The composition root: the one place that builds an engine from a store URL. The CLI, the
+web app, ``simulate``, the demo and the tests open engines through :func:`open_engine`;
+nothing else wires adapters together, and no constructor does I/O."""
+
+from __future__ import annotations
+
+from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.ledger import Ledger, open_ledger
+from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.tokens import default_counter
+from ctxledger.domain.ports import Clock, TokenCounter
+
+__all__ = ["open_engine"]
+
+
+def open_engine(
+    store: str | Ledger,
+    *,
+    memory: ProjectMemory | None = None,
+    counter: TokenCounter | None = None,
+    clock: Clock | None = None,
+    settings: EngineSettings | None = None,
+    must_exist: bool = False,
+) -> ContextEngine:
+    """An engine over *store* (a ledger URL, or a ledger already open) with its read models
+    loaded and caught up with the log. ``must_exist``: refuse a store that does not exist yet
+    (readers and controls must never create one)."""
+    ledger = open_ledger(store, must_exist=must_exist) if isinstance(store, str) else store
+    try:
+        runner = ProjectionRunner(ledger)
+        runner.run_once()
+    except BaseException:
+        if isinstance(store, str):
+            ledger.close()
+        raise
+    return ContextEngine(
+        ledger,
+        counter=counter or default_counter(),
+        clock=clock,
+        settings=settings,
+        memory=memory,
+        runner=runner,
+    )

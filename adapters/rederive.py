@@ -1,0 +1,139 @@
+"""``audit --rederive``: re-run the pure planner for every recorded build, on the state folded
+up to its ContextBuildingStarted and with its recorded request, and compare selections."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+import msgspec
+
+from ctxledger.adapters.ledger import Recorded
+from ctxledger.adapters.tokens import counter_named
+from ctxledger.domain import events as ev
+from ctxledger.domain.generation_policy import PLANNER_VERSION
+from ctxledger.domain.model import Decision, selection_hash
+from ctxledger.domain.ports import TokenCounter
+from ctxledger.projections.build_view import BuildView, build_view, rederive_decisions
+from ctxledger.projections.generations import Generations, evolve_generations
+from ctxledger.projections.pool import AgentPool, Pool, evolve_pool
+
+__all__ = ["Mismatch", "RederiveReport", "first_difference", "rederive"]
+
+
+class Mismatch(msgspec.Struct, frozen=True, kw_only=True):
+    """A build whose re-derived selection differs from the recorded one."""
+
+    position: int
+    agent_id: str
+    generation: int
+    pack_id: str
+    first_difference: str
+
+
+class RederiveReport(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``audit --rederive`` found. ``not_rederivable`` counts builds that cannot be re-run
+    here, by reason (another planner version, no recorded request, an unknown tokenizer)."""
+
+    builds: int
+    rederived: int
+    mismatches: int
+    not_rederivable: int
+    mismatch_details: tuple[Mismatch, ...] = ()
+    not_rederivable_reasons: dict[str, int] = {}
+
+
+def first_difference(recorded: dict[str, Decision], rederived: dict[str, Decision]) -> str:
+    """The first item (in id order) whose decision differs, said in one line."""
+    for item_id in sorted(set(recorded) | set(rederived)):
+        a, b = recorded.get(item_id), rederived.get(item_id)
+        if a == b:
+            continue
+        was = f"{a.action}/{a.reason}" if a else "absent"
+        now = f"{b.action}/{b.reason}" if b else "absent"
+        return f"item {item_id[:80]}: recorded {was}, re-derived {now}"
+    return "the selection hash differs with equal decisions"
+
+
+class _Pending(msgspec.Struct, frozen=True, kw_only=True):
+    started: ev.ContextBuildingStarted
+    view: BuildView
+
+
+def rederive(
+    records: Iterable[Recorded],
+    *,
+    counter_for: Callable[[str], TokenCounter | None] = counter_named,
+    on_event: Callable[[int], None] | None = None,
+) -> RederiveReport:
+    """Replay *records* (the whole log, or whole streams) once, re-running the planner at
+    every ContextPackBuilt."""
+    gens = Generations()
+    pool = Pool()
+    pending: dict[str, _Pending] = {}
+    counters: dict[str, TokenCounter | None] = {}
+    reasons: Counter[str] = Counter()
+    details: list[Mismatch] = []
+    builds = rederived = 0
+    for rec in records:
+        event = rec.event
+        gens = evolve_generations(gens, event)
+        pool = evolve_pool(pool, event)
+        if on_event is not None:
+            on_event(rec.position)
+        if isinstance(event, ev.ContextBuildingStarted):
+            ag = gens.by_agent.get(event.agent_id)
+            if ag is not None:
+                agent_pool = pool.by_agent.get(event.agent_id, AgentPool())
+                view = build_view(ag.current, agent_pool)
+                pending[event.pack_id] = _Pending(started=event, view=view)
+            continue
+        if isinstance(event, ev.ContextBuildingFailed | ev.ContextBuildingInterrupted):
+            pending.pop(event.pack_id, None)
+            continue
+        if not isinstance(event, ev.ContextPackBuilt):
+            continue
+        builds += 1
+        found = pending.pop(event.pack_id, None)
+        request = found.started.request if found is not None else None
+        if found is None or request is None:
+            reasons["no recorded request"] += 1
+            continue
+        started = found.started
+        if started.planner_version != PLANNER_VERSION:
+            reasons[f"planner version {started.planner_version} (this is {PLANNER_VERSION})"] += 1
+            continue
+        if started.counter not in counters:
+            counters[started.counter] = counter_for(started.counter)
+        counter = counters[started.counter]
+        if counter is None:
+            reasons[f"tokenizer {started.counter[:60]!r} not available"] += 1
+            continue
+        decisions = rederive_decisions(
+            found.view,
+            request,
+            reserve=event.reserved,
+            counter=counter,
+            watermark=started.watermark,
+            force_rebuild=started.force_rebuild,
+        )
+        rederived += 1
+        if selection_hash(decisions) != event.selection_hash:
+            recorded = gens.by_agent[event.agent_id].current.decisions
+            details.append(
+                Mismatch(
+                    position=rec.position,
+                    agent_id=event.agent_id,
+                    generation=event.generation,
+                    pack_id=event.pack_id,
+                    first_difference=first_difference(recorded, decisions),
+                )
+            )
+    return RederiveReport(
+        builds=builds,
+        rederived=rederived,
+        mismatches=len(details),
+        not_rederivable=sum(reasons.values()),
+        mismatch_details=tuple(details),
+        not_rederivable_reasons=dict(reasons),
+    )

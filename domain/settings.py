@@ -1,0 +1,32 @@
+"""Per-agent settings: what a build uses when its caller names nothing, recorded as events."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ctxledger.domain.model import Count
+from ctxledger.domain.request import Scope
+
+__all__ = ["DEFAULT_STRATEGY", "DEFAULT_WATERMARK", "AgentSettings"]
+
+DEFAULT_WATERMARK = 0.5
+"""A rebuild re-packs to at most half the budget: ≤ 0.9 as the seed's hysteresis requires,
+and low enough that rebuilds are rare (prefix reuse ≥ 0.95 on long sessions)."""
+
+DEFAULT_STRATEGY = "variable"
+
+
+class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """One agent's build settings, folded from ``AgentConfigured`` events.
+
+    ``budget`` 0 falls back to the identity's budget; ``scope`` takes effect at the next
+    generation boundary (it is fixed within a generation); ``recall`` turns project-memory
+    recall off for this agent; ``watermark`` is the rebuild target as a fraction of the
+    budget; ``latest_step`` keeps the newest step's group in every build."""
+
+    strategy: str = DEFAULT_STRATEGY
+    budget: Count = 0
+    scope: Scope = Scope()
+    recall: bool = True
+    watermark: float = DEFAULT_WATERMARK
+    latest_step: bool = True

@@ -1,0 +1,159 @@
+"""What one agent's next build is planned on, read from the folded log alone."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ctxledger.domain.build_record import BuildRecord, final_decisions, record_build
+from ctxledger.domain.generation_policy import BuildPlan, EmittedContext, plan_build
+from ctxledger.domain.model import Decision, Generation, Item
+from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.prompt import PromptParts, compose
+from ctxledger.domain.recall import RecallGroup
+from ctxledger.domain.request import BuildRequest
+from ctxledger.projections.pool import AgentPool, verified_form
+
+__all__ = [
+    "BuildView",
+    "build_view",
+    "decide_build",
+    "emitted_context",
+    "plan_view",
+    "previous_prompt",
+    "rederive_decisions",
+]
+
+
+class BuildView(msgspec.Struct, frozen=True, kw_only=True):
+    """The planner's inputs from state: the pool's candidates, what the current generation
+    has emitted (None before its first pack), the verified ids and the generation itself."""
+
+    generation: Generation
+    candidates: tuple[Item, ...]
+    emitted: EmittedContext | None
+    verified_ids: frozenset[str]
+
+
+def emitted_context(gen: Generation, pool: AgentPool) -> EmittedContext | None:
+    """The items the generation's latest pack sent, as sent (verified form, compressed or
+    clipped text), in its order; None when the generation has no pack yet."""
+    if not gen.decisions:
+        return None
+    emitted: dict[str, Item] = {}
+    for item_id, d in gen.decisions.items():
+        if d.action == "dropped" or item_id not in pool.items:
+            continue
+        item = pool.items[item_id]
+        if d.verified:
+            item = verified_form(item)
+        if d.action in ("compressed", "clipped"):
+            item = msgspec.structs.replace(item, content=d.content, token_count=d.tokens_after)
+        emitted[item_id] = item
+    return EmittedContext(
+        generation=gen.number,
+        decisions=gen.decisions,
+        emitted=emitted,
+        order=gen.order,
+        used=max(0, gen.tokens_used - gen.reserved),
+    )
+
+
+def previous_prompt(ctx: EmittedContext | None) -> PromptParts | None:
+    """The previous prompt of the generation re-derived by the pure ``compose``: its static
+    part and GENERATION segment are exact; its VOLATILE tail (recall group, status line,
+    user input) is left empty, so cache expectations never count on the tail."""
+    if ctx is None:
+        return None
+    static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
+    return compose(ctx.emitted.values(), emitted_order=ctx.order, static_ids=static_ids)
+
+
+def build_view(gen: Generation, pool: AgentPool) -> BuildView:
+    """The view of one agent at the current stream version."""
+    return BuildView(
+        generation=gen,
+        candidates=tuple(pool.candidates()),
+        emitted=emitted_context(gen, pool),
+        verified_ids=frozenset(pool.verified),
+    )
+
+
+def plan_view(
+    view: BuildView,
+    request: BuildRequest,
+    *,
+    reserve: int,
+    counter: TokenCounter,
+    watermark: float,
+    force_rebuild: str = "",
+) -> BuildPlan:
+    """Plan a build on *view*: the pack gets the request's budget less the VOLATILE reserve."""
+    pack_request = msgspec.structs.replace(request, budget=max(1, request.budget - reserve))
+    return plan_build(
+        pack_request,
+        view.candidates,
+        view.emitted,
+        counter,
+        watermark=watermark,
+        force_rebuild=force_rebuild,
+    )
+
+
+def decide_build(
+    view: BuildView,
+    request: BuildRequest,
+    *,
+    pack_id: str,
+    reserve: int,
+    counter: TokenCounter,
+    watermark: float,
+    force_rebuild: str = "",
+    group: RecallGroup | None = None,
+    latest_user_input: str = "",
+) -> BuildRecord:
+    """The whole pure decision of one build: plan it and turn the plan into its outcome events."""
+    plan = plan_view(
+        view,
+        request,
+        reserve=reserve,
+        counter=counter,
+        watermark=watermark,
+        force_rebuild=force_rebuild,
+    )
+    return record_build(
+        agent_id=request.agent_id,
+        plan=plan,
+        request=request,
+        gen=view.generation,
+        ctx=view.emitted,
+        pack_id=pack_id,
+        reserve=reserve,
+        verified_ids=view.verified_ids,
+        previous_prompt=previous_prompt(view.emitted),
+        group=group,
+        latest_user_input=latest_user_input,
+        force_rebuild=force_rebuild,
+    )
+
+
+def rederive_decisions(
+    view: BuildView,
+    request: BuildRequest,
+    *,
+    reserve: int,
+    counter: TokenCounter,
+    watermark: float,
+    force_rebuild: str = "",
+) -> dict[str, Decision]:
+    """Every candidate's decision as the planner makes it again (what ``audit --rederive``
+    hashes and compares with the recorded selection)."""
+    plan = plan_view(
+        view,
+        request,
+        reserve=reserve,
+        counter=counter,
+        watermark=watermark,
+        force_rebuild=force_rebuild,
+    )
+    previous = view.generation.decisions if plan.kind == "append" else {}
+    return final_decisions(plan, previous, view.verified_ids)
