@@ -117,6 +117,7 @@ app.command()(cli_simulate.simulate)
 app.command()(cli_simulate.compare)
 app.command()(cli_serve.serve)
 app.command()(cli_control.control)
+app.command()(cli_control.configure)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Annotated, Any, assert_never
 
+import msgspec
 import typer
 from rich.console import Console
 
@@ -27,7 +28,7 @@ from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.domain.errors import InvalidInputError
 
-__all__ = ["control"]
+__all__ = ["configure", "control"]
 
 console = Console()
 
@@ -118,3 +119,53 @@ def control(
         sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     else:
         console.print(" · ".join(f"{k} {v}" for k, v in result.items()))
+
+
+def configure(
+    *,
+    store: Annotated[str, typer.Option("--store", help="Ledger URL.")],
+    agent: Annotated[str, typer.Option("--agent", help="Agent id.")],
+    strategy: Annotated[str | None, typer.Option("--strategy", help="Strategy name.")] = None,
+    budget: Annotated[
+        int | None, typer.Option("--budget", help="Token budget (0: the identity's).")
+    ] = None,
+    watermark: Annotated[
+        float | None, typer.Option("--watermark", help="Rebuild target, in (0, 0.9].")
+    ] = None,
+    recall: Annotated[
+        bool | None, typer.Option("--recall/--no-recall", help="Project-memory recall.")
+    ] = None,
+    latest_step: Annotated[
+        bool | None,
+        typer.Option("--latest-step/--no-latest-step", help="Keep the newest step's group."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Change an agent's build settings (appends AgentConfigured; every later build, refresh
+    and rebuild, from any process, uses them)."""
+    engine = open_engine(store, must_exist=True)
+    try:
+        before = engine.ledger.max_position()
+        settings = engine.configure(
+            agent,
+            strategy=strategy,
+            budget=budget,
+            watermark=watermark,
+            recall=recall,
+            latest_step=latest_step,
+            by=BY,
+        )
+        events = engine.ledger.max_position() - before
+    finally:
+        engine.close()
+    shown = {k: msgspec.to_builtins(v) for k, v in msgspec.structs.asdict(settings).items()}
+    result = {"agent": agent, "settings": shown, "events": events}
+    if as_json:
+        sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
+    else:
+        console.print(
+            f"configure · agent {agent} · strategy {settings.strategy} · budget "
+            f"{settings.budget or 'identity'} · watermark {settings.watermark} · recall "
+            f"{'on' if settings.recall else 'off'} · latest step "
+            f"{'kept' if settings.latest_step else 'not forced'} · events {events}"
+        )

@@ -28,7 +28,7 @@ from ctxledger.domain import events as ev
 from ctxledger.domain.build_policy import (
     BuildQuery,
     Overrides,
-    latest_step_ids,
+    check_budget,
     next_refresh_attempt,
     refresh_made_progress,
     resolve_request,
@@ -42,7 +42,6 @@ from ctxledger.domain.errors import (
     InvalidInputError,
     UnknownAgentError,
 )
-from ctxledger.domain.generation_policy import refresh_split, shrink_cap
 from ctxledger.domain.model import (
     AgentIdentity,
     ContextPack,
@@ -50,23 +49,27 @@ from ctxledger.domain.model import (
     Item,
     Layer,
     Source,
-    content_hash,
     item_id_for,
 )
 from ctxledger.domain.ports import Clock, TokenCounter
-from ctxledger.domain.prompt import PromptParts, compose, render_item
+from ctxledger.domain.prompt import PromptParts, render_item
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.render import to_anthropic, to_openai
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
-from ctxledger.projections.build_view import build_view, decide_build
+from ctxledger.projections.build_view import (
+    build_view,
+    decide_build,
+    refresh_generation,
+    volatile_reserve,
+)
 from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.context_state import ContextStates
 from ctxledger.projections.generations import AgentGenerations, Generations
 from ctxledger.projections.inspector import InspectorState
-from ctxledger.projections.pool import AgentPool, Pool
+from ctxledger.projections.pool import AgentPool, Pool, check_recordable
 
 __all__ = [
     "BuildResult",
@@ -90,8 +93,6 @@ class EngineSettings:
 
 _ABANDONED = "process ended before the build finished"
 _SUPERSEDED = "superseded: the agent's stream moved during the build"
-_JOIN_SLACK = 4
-"""Tokens of margin for BPE merges where rendered blocks are joined."""
 
 
 def _reason(exc: BaseException) -> str:
@@ -261,6 +262,7 @@ class ContextEngine:
             raise InvalidInputError("agent_id must be 1–200 characters")
         if not identity.session_id:
             identity = msgspec.structs.replace(identity, session_id=self.settings.session_id)
+        check_budget(identity.budget)
         chosen = validate_settings(settings or AgentSettings(watermark=self.settings.watermark))
         agent_id = identity.agent_id
 
@@ -295,8 +297,6 @@ class ContextEngine:
     ) -> AgentSettings:
         """Change the agent's settings (recorded as ``AgentConfigured``); every later build,
         refresh and rebuild uses them. A new scope takes effect at the next generation."""
-        if budget is not None and budget < 0:
-            raise InvalidInputError("budget must be ≥ 0 (0: the identity's budget)")
         changes: dict[str, Any] = {
             k: v
             for k, v in (
@@ -358,26 +358,13 @@ class ContextEngine:
         except TypeError as exc:
             raise InvalidInputError(f"bad item field: {exc}") from None
 
-    @staticmethod
-    def _check_recordable(item: Item) -> None:
-        if item.source == Source.VERIFIED_FACT and not item.verified:
-            raise InvalidInputError(
-                "a verified_fact must be verified; record a finding and verify it"
-            )
-        if item.source == Source.UNVERIFIED_HYPOTHESIS and item.verified:
-            raise InvalidInputError(
-                "an unverified_hypothesis cannot be recorded verified; verify it explicitly"
-            )
-        if item.source == Source.RECALLED_MEMORY:
-            raise InvalidInputError("recalled_memory is rendered by recall, never recorded")
-
     def record(self, agent_id: str, item: Item | str, **kwargs: Any) -> Item:
         """Record an observation into the agent's pool (text or a ready Item)."""
         self.agent(agent_id)
         it = item if isinstance(item, Item) else self.make_item(agent_id, item, **kwargs)
         if it.token_count == 0 and it.content:
             it = self._sized(it)
-        self._check_recordable(it)
+        check_recordable(it)
         self._append_agent(
             agent_id, lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=it)]
         )
@@ -388,7 +375,7 @@ class ContextEngine:
         self.agent(agent_id)
         ready = [i if i.token_count or not i.content else self._sized(i) for i in items]
         for i in ready:
-            self._check_recordable(i)
+            check_recordable(i)
         self._append_agent(
             agent_id,
             lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready],
@@ -465,31 +452,29 @@ class ContextEngine:
         """Promote an item to a project-memory candidate (verified stays false until an
         explicit ``verify_memory``); the body goes to the catalog, the ledger gets its hash."""
         memory = self._require_memory()
-        ag = self.agent(agent_id)
         item = self._known_item(agent_id, item_id)
-        partition = memory.partition(ag.agent)
-        memory_id = "mem_" + content_hash(f"{partition}\x1f{item.content}")[:24]
-        _, event = memory.promote(ag.agent, item, now=self._now(), memory_id=memory_id)
-        self._append_memory(partition, event)
-        return memory_id
+        event = memory.promote(self.agent(agent_id).agent, item, now=self._now())
+        self._append_memory(memory_stream(event.partition), event)
+        return event.memory_id
 
     def verify_memory(self, memory_id: str, *, by: str = "") -> None:
         """Explicit verification of one memory entry (the only way it becomes verified)."""
         memory = self._require_memory()
-        event = memory.verify(memory_id, now=self._now(), by=by)
-        self._append_memory(memory.catalog.get(memory_id).partition, event)
+        self._append_memory(
+            memory.stream_of(memory_id), memory.verify(memory_id, now=self._now(), by=by)
+        )
 
     def retire_memory(self, memory_id: str, *, reason: str = "") -> None:
         memory = self._require_memory()
         event = memory.retire(memory_id, now=self._now(), reason=reason)
-        self._append_memory(memory.catalog.get(memory_id).partition, event)
+        self._append_memory(memory.stream_of(memory_id), event)
 
     def delete_memory(self, memory_id: str) -> ev.MemoryDeleted:
         """Erase a memory body under the erasure policy; the event carries the report."""
         memory = self._require_memory()
-        partition = memory.catalog.get(memory_id).partition
+        stream = memory.stream_of(memory_id)
         event = memory.delete(memory_id, now=self._now())
-        self._append_memory(partition, event)
+        self._append_memory(stream, event)
         return event
 
     def report_to_parent(self, worker_id: str) -> Item:
@@ -517,16 +502,10 @@ class ContextEngine:
             raise InvalidInputError("no project-memory catalog is configured for this engine")
         return self.memory
 
-    def _append_memory(self, partition: str, event: ev.Event) -> None:
-        self.decide_and_append(memory_stream(partition), lambda _version: [event])
+    def _append_memory(self, stream: str, event: ev.Event) -> None:
+        self.decide_and_append(stream, lambda _version: [event])
 
     # --- building -------------------------------------------------------------------------------
-
-    @staticmethod
-    def _window_cap(ag: AgentGenerations) -> int:
-        """The smallest budget a context-limit refresh learned for this agent (0: none)."""
-        caps = [g.budget for g in ag.generations if g.kind == "refresh" and g.budget]
-        return min(caps) if caps else 0
 
     def _request(
         self,
@@ -545,7 +524,7 @@ class ContextEngine:
             query=query if query is not None else BuildQuery.of(ag.last_request),
             overrides=overrides or Overrides(),
             generation_scope=ag.scope if gen.builds and not boundary else None,
-            window_cap=self._window_cap(ag),
+            window_cap=ag.window_cap,
             now=self._now(),
         )
 
@@ -675,8 +654,8 @@ class ContextEngine:
             build_view(ag.current, self.pool(agent_id)),
             request,
             pack_id=started.pack_id,
-            reserve=self._volatile_reserve(
-                request, ag.current.number + 1, group, latest_user_input
+            reserve=volatile_reserve(
+                request, ag.current.number + 1, group, latest_user_input, self.counter
             ),
             counter=self.counter,
             watermark=started.watermark,
@@ -720,22 +699,6 @@ class ContextEngine:
         with contextlib.suppress(CtxLedgerError):
             self.decide_and_append(stream, decide)
 
-    def _volatile_reserve(
-        self, request: BuildRequest, number: int, group: RecallGroup | None, user_input: str
-    ) -> int:
-        """Tokens held back from the pack for the VOLATILE tail (status line, recall group,
-        latest user input) and block joins, so the whole rendered prompt fits the budget."""
-        probe = compose(
-            (),
-            status=(
-                f"Generation {number} · {request.budget}/{request.budget} tokens"
-                f" · strategy {request.strategy}"
-            ),
-            recall=group.text if group is not None else "",
-            latest_user_input=user_input,
-        )
-        return self.counter.count(probe.dynamic) + _JOIN_SLACK
-
     def _recall_group(self, agent_id: str, now: datetime) -> RecallGroup | None:
         """This prompt's recalled-memory group (None: nothing to record). With recall off, an
         empty group is recorded once to remove a group an earlier prompt carried."""
@@ -748,8 +711,7 @@ class ContextEngine:
             return None
         group, stale = self.memory.recall_for(ag.agent, counter=self.counter, now=now)
         for stale_event in stale:
-            partition = self.memory.catalog.get(stale_event.memory_id).partition
-            self._append_memory(partition, stale_event)
+            self._append_memory(self.memory.stream_of(stale_event.memory_id), stale_event)
         return group
 
     # --- rendering and usage --------------------------------------------------------------------
@@ -892,40 +854,18 @@ class ContextEngine:
         """Append the GenerationRefreshed of one refresh: the cut and the new budget cap."""
 
         def decide() -> list[ev.Event]:
-            ag = self.agent(agent_id)
-            gen = ag.current
             request, _ = self._request(agent_id, boundary=True)
-            cap = gen.budget if gen.budget else request.budget
-            if trigger == "context_limit":
-                cap = shrink_cap(
-                    failed_tokens or cap,
-                    cap,
-                    attempt,
-                    provider_prompt_tokens=error.prompt_tokens if error else 0,
-                    provider_limit_tokens=error.limit_tokens if error else 0,
-                )
-            pool = self.pool(agent_id)
-            latest = latest_step_ids(
-                pool.seq,
-                pool.recorded,
-                pool.new_since_last_build(),
-                {i: it.group for i, it in pool.items.items()},
-            )
-            carried, dropped = refresh_split(pool.candidates(), latest)
             return [
-                ev.GenerationRefreshed(
+                refresh_generation(
+                    self.agent(agent_id).current,
+                    self.pool(agent_id),
+                    request,
                     at=self._now(),
-                    agent_id=agent_id,
-                    kind="refresh",
-                    from_generation=gen.number,
-                    to_generation=gen.number + 1,
                     reason=reason,
                     trigger=trigger,
-                    phase=request.phase,
-                    strategy=request.strategy,
-                    budget=cap,
-                    carried=carried,
-                    dropped=dropped,
+                    attempt=attempt,
+                    failed_tokens=failed_tokens,
+                    error=error,
                 )
             ]
 

@@ -12,7 +12,7 @@ from ctxledger.adapters.freshness import GitWorktreeProbe
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
-from ctxledger.domain.memory import Evidence, FileEvidence, MemoryEntry
+from ctxledger.domain.memory import Evidence, FileEvidence
 from ctxledger.domain.model import AgentIdentity, Item, content_hash
 from ctxledger.domain.ports import FreshnessProbe, TokenCounter
 from ctxledger.domain.recall import RecallGroup, RecallSettings, recall
@@ -46,11 +46,15 @@ class ProjectMemory:
             )
         return self.catalog.partition_for(agent.workspace)
 
-    def promote(
-        self, agent: AgentIdentity, item: Item, *, now: datetime, memory_id: str
-    ) -> tuple[MemoryEntry, ev.MemoryPromoted]:
-        """Store the item as an unverified candidate (intake checks it) and the event for it."""
+    def stream_of(self, memory_id: str) -> str:
+        """The ledger stream of a memory entry's events (its partition's)."""
+        return memory_stream(self.catalog.get(memory_id).partition)
+
+    def promote(self, agent: AgentIdentity, item: Item, *, now: datetime) -> ev.MemoryPromoted:
+        """Store the item as an unverified candidate (intake checks it; the id is derived from
+        partition and body) and return the event for it (its stream: ``memory_stream``)."""
         partition = self.partition(agent)
+        memory_id = "mem_" + content_hash(f"{partition}\x1f{item.content}")[:24]
         probe = self.probe_for(agent)
         files = []
         for path in item.files[:20]:
@@ -67,7 +71,7 @@ class ProjectMemory:
             evidence=Evidence(files=tuple(files)),
             memory_id=memory_id,
         )
-        event = ev.MemoryPromoted(
+        return ev.MemoryPromoted(
             at=now,
             memory_id=entry.id,
             item_id=item.id,
@@ -75,7 +79,6 @@ class ProjectMemory:
             body_hash=content_hash(entry.body),
             partition=partition,
         )
-        return entry, event
 
     def verify(self, memory_id: str, *, now: datetime, by: str = "") -> ev.MemoryVerified:
         entry = self.catalog.get(memory_id)

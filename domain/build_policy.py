@@ -9,13 +9,14 @@ from datetime import datetime
 import msgspec
 
 from ctxledger.domain.errors import InvalidInputError, RefreshExhaustedError
-from ctxledger.domain.model import AgentIdentity
+from ctxledger.domain.model import COUNT_MAX, AgentIdentity
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.settings import AgentSettings
 from ctxledger.domain.strategies import get_strategy
 
 __all__ = [
     "BuildQuery",
+    "check_budget",
     "Overrides",
     "latest_step_ids",
     "next_refresh_attempt",
@@ -63,9 +64,18 @@ def validate_settings(settings: AgentSettings) -> AgentSettings:
     """The settings, or InvalidInputError naming what is wrong (unknown strategy, bad budget
     or watermark)."""
     get_strategy(settings.strategy)
+    check_budget(settings.budget)
     if not 0 < settings.watermark <= 0.9:
         raise InvalidInputError("watermark must be in (0, 0.9]")
     return settings
+
+
+def check_budget(budget: int) -> int:
+    """A budget an event can hold (0 … 2**62; 0: fall back to the identity's), or
+    InvalidInputError."""
+    if not 0 <= budget <= COUNT_MAX:
+        raise InvalidInputError(f"budget must be between 0 and {COUNT_MAX} tokens, got {budget}")
+    return budget
 
 
 def resolve_request(

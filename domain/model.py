@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 import msgspec
 
 __all__ = [
+    "COUNT_MAX",
     "Count",
     "AgentIdentity",
     "CompressionMetadata",
@@ -31,7 +32,8 @@ __all__ = [
 ]
 
 
-Count = Annotated[int, msgspec.Meta(ge=0, le=2**62)]
+COUNT_MAX = 2**62
+Count = Annotated[int, msgspec.Meta(ge=0, le=COUNT_MAX)]
 """A non-negative count (tokens, bytes, versions) with an upper bound, so stored payloads
 cannot smuggle numbers no database column holds."""
 

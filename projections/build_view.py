@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Literal
+
 import msgspec
 
+from ctxledger.domain.build_policy import latest_step_ids
 from ctxledger.domain.build_record import BuildRecord, final_decisions, record_build
-from ctxledger.domain.generation_policy import BuildPlan, EmittedContext, plan_build
+from ctxledger.domain.events import GenerationRefreshed
+from ctxledger.domain.generation_policy import (
+    BuildPlan,
+    EmittedContext,
+    plan_build,
+    refresh_split,
+    shrink_cap,
+)
 from ctxledger.domain.model import Decision, Generation, Item
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prompt import PromptParts, compose
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.request import BuildRequest
+from ctxledger.domain.turn_errors import TurnError
 from ctxledger.projections.pool import AgentPool, verified_form
 
 __all__ = [
@@ -21,7 +33,12 @@ __all__ = [
     "plan_view",
     "previous_prompt",
     "rederive_decisions",
+    "refresh_generation",
+    "volatile_reserve",
 ]
+
+JOIN_SLACK = 4
+"""Tokens of margin for BPE merges where rendered blocks are joined."""
 
 
 class BuildView(msgspec.Struct, frozen=True, kw_only=True):
@@ -157,3 +174,71 @@ def rederive_decisions(
     )
     previous = view.generation.decisions if plan.kind == "append" else {}
     return final_decisions(plan, previous, view.verified_ids)
+
+
+def volatile_reserve(
+    request: BuildRequest,
+    number: int,
+    group: RecallGroup | None,
+    user_input: str,
+    counter: TokenCounter,
+) -> int:
+    """Tokens held back from the pack for the VOLATILE tail (status line, recall group,
+    latest user input) and block joins, so the whole rendered prompt fits the budget."""
+    probe = compose(
+        (),
+        status=(
+            f"Generation {number} · {request.budget}/{request.budget} tokens"
+            f" · strategy {request.strategy}"
+        ),
+        recall=group.text if group is not None else "",
+        latest_user_input=user_input,
+    )
+    return counter.count(probe.dynamic) + JOIN_SLACK
+
+
+def refresh_generation(
+    gen: Generation,
+    pool: AgentPool,
+    request: BuildRequest,
+    *,
+    at: datetime,
+    reason: str,
+    trigger: Literal["context_limit", "manual"],
+    attempt: int,
+    failed_tokens: int,
+    error: TurnError | None,
+) -> GenerationRefreshed:
+    """One step of the refresh pipeline: the cut (durable state and the latest step carried,
+    ephemeral and raw history dropped) and the new budget cap, smaller after a context-limit
+    error (scaled by the provider's stated sizes when it gave them)."""
+    cap = gen.budget if gen.budget else request.budget
+    if trigger == "context_limit":
+        cap = shrink_cap(
+            failed_tokens or cap,
+            cap,
+            attempt,
+            provider_prompt_tokens=error.prompt_tokens if error else 0,
+            provider_limit_tokens=error.limit_tokens if error else 0,
+        )
+    latest = latest_step_ids(
+        pool.seq,
+        pool.recorded,
+        pool.new_since_last_build(),
+        {i: it.group for i, it in pool.items.items()},
+    )
+    carried, dropped = refresh_split(pool.candidates(), latest)
+    return GenerationRefreshed(
+        at=at,
+        agent_id=request.agent_id,
+        kind="refresh",
+        from_generation=gen.number,
+        to_generation=gen.number + 1,
+        reason=reason,
+        trigger=trigger,
+        phase=request.phase,
+        strategy=request.strategy,
+        budget=cap,
+        carried=carried,
+        dropped=dropped,
+    )

@@ -57,6 +57,16 @@ class AgentGenerations(msgspec.Struct, frozen=True, kw_only=True):
     def current(self) -> Generation:
         return self.generations[-1]
 
+    @property
+    def window_cap(self) -> int:
+        """The smallest budget a context-limit refresh learned for this agent (0: none)."""
+        caps = [
+            g.budget
+            for g in self.generations
+            if g.kind == "refresh" and g.trigger == "context_limit" and g.budget
+        ]
+        return min(caps) if caps else 0
+
     def generation(self, number: int) -> Generation | None:
         for g in self.generations:
             if g.number == number:

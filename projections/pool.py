@@ -6,6 +6,7 @@ from typing import assert_never
 
 import msgspec
 
+from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.events import (
     AgentConfigured,
     AgentRegistered,
@@ -73,6 +74,19 @@ class Pool(msgspec.Struct, frozen=True, kw_only=True):
     """Pools of every agent, keyed by agent id."""
 
     by_agent: dict[str, AgentPool] = {}
+
+
+def check_recordable(item: Item) -> None:
+    """Refuse an item no recording may add: a verified_fact not verified, an
+    unverified_hypothesis claimed verified, or recalled memory (rendered by recall only)."""
+    if item.source == Source.VERIFIED_FACT and not item.verified:
+        raise InvalidInputError("a verified_fact must be verified; record a finding and verify it")
+    if item.source == Source.UNVERIFIED_HYPOTHESIS and item.verified:
+        raise InvalidInputError(
+            "an unverified_hypothesis cannot be recorded verified; verify it explicitly"
+        )
+    if item.source == Source.RECALLED_MEMORY:
+        raise InvalidInputError("recalled_memory is rendered by recall, never recorded")
 
 
 def verified_form(item: Item) -> Item:

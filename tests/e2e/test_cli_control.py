@@ -91,6 +91,30 @@ def test_a_new_process_builds_with_the_recorded_settings(tmp_path: Path, strateg
         assert view["generation"] == json.loads(done.stdout)["generation"]
         assert (view["strategy"], view["budget"]) == (strategy, 1500)
         assert view["settings"]["strategy"] == strategy
+    other = "variable" if strategy != "variable" else "summary"
+    done = run(
+        "configure",
+        "--store",
+        store,
+        "--agent",
+        agent,
+        "--strategy",
+        other,
+        "--budget",
+        "2000",
+        "--json",
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    configured = json.loads(done.stdout)
+    assert (configured["events"], configured["settings"]["strategy"]) == (1, other)
+    assert configured["settings"]["budget"] == 2000
+    rebuilt = run("control", "rebuild", "--store", store, "--agent", agent, cwd=tmp_path)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    view = json.loads(
+        run("inspect", "--store", store, "--agent", agent, "--json", cwd=tmp_path).stdout
+    )
+    assert (view["strategy"], view["budget"]) == (other, 2000)
     audit = run("audit", "--store", store, "--rederive", "--json", cwd=tmp_path)
     assert audit.returncode == 0, audit.stdout + audit.stderr
     report = json.loads(audit.stdout)
