@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck imports unit soak bench bench-peers docs-check clean
+.PHONY: install demo test lint typecheck imports unit soak bench bench-peers docs-check docs-tables clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,10 @@ unit: install
 
 soak: install
 	CTXLEDGER_SOAK=1 $(BIN)/pytest -q -p no:cacheprovider -m "slow or not slow" tests
+
+# the compare tables of docs/trajectories.md, from the shared runs (../shared/trajectories)
+docs-tables: install
+	$(BIN)/python bench/trajectory_tables.py
 
 # langchain-core is a benchmark-only peer (never a project dependency); without it the peer
 # table says "not installed".

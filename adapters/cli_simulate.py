@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +16,7 @@ from rich.table import Table
 from ctxledger.adapters.simulate import SimulationReport
 from ctxledger.adapters.simulate import compare as run_compare
 from ctxledger.adapters.simulate import simulate as run_simulate
+from ctxledger.domain.errors import CtxLedgerError
 
 __all__ = ["COMPARE_LEGEND", "compare", "compare_table", "simulate"]
 
@@ -104,7 +105,15 @@ def _human_rows(r: SimulationReport) -> list[tuple[str, str]]:
         ("pinned dropped", str(r.pinned_dropped)),
         ("objective present", _pct(r.objective_present)),
         ("latest observation present", _pct(r.latest_observation_present)),
+        (
+            "latest observation kept (mean / min)",
+            f"{_pct(r.latest_observation_kept_fraction.mean)} / "
+            f"{_pct(r.latest_observation_kept_fraction.min)}"
+            if r.latest_observation_kept_fraction
+            else "—",
+        ),
         ("recent failures present", _pct(r.recent_failures_present)),
+        ("eviction regret", _pct(r.eviction_regret)),
         ("prefix reuse (limit)", f"{_pct(r.prefix_reuse)} ({_pct(r.prefix_reuse_limit)})"),
         ("prefix reuse within generation", _pct(r.prefix_reuse_within_generation)),
         ("static prefix changes", str(r.static_prefix_changes)),
@@ -125,7 +134,9 @@ def compare(
     store: StoreOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """The same recorded run through several strategies: one row per strategy."""
+    """The same recorded run through several strategies: one row per strategy (a strategy
+    whose run fails gets a row saying why; the others still run)."""
+    failed: dict[str, str] = {}
     reports = run_compare(
         path,
         budget,
@@ -134,7 +145,11 @@ def compare(
         format=format,
         store_url=store,
         progress=_progress_wanted(),
+        on_failure=lambda name, exc: failed.__setitem__(name, str(exc)),
     )
+    if not reports:
+        first_name, why = next(iter(failed.items()))
+        raise CtxLedgerError(f"every strategy failed; {first_name}: {why}")
     first = reports[0]
     if as_json:
         _write_json(
@@ -146,11 +161,12 @@ def compare(
                 "window": window,
                 "store": first.store,
                 "rows": [r.to_dict() for r in reports],
+                "failed": failed,
             }
         )
         return
     console = Console(width=max(Console().width, _WIDE))
-    console.print(compare_table(reports))
+    console.print(compare_table(reports, failed))
     console.print(COMPARE_LEGEND, soft_wrap=True)
     console.print(f"store: {first.store}", soft_wrap=True)
 
@@ -164,8 +180,10 @@ COMPARE_LEGEND = (
 )
 
 
-def compare_table(reports: Sequence[SimulationReport]) -> Table:
-    """The human table of ``compare``: one row per strategy."""
+def compare_table(
+    reports: Sequence[SimulationReport], failed: Mapping[str, str] | None = None
+) -> Table:
+    """The human table of ``compare``: one row per strategy (a failed one says why)."""
     first = reports[0]
     window = f" · window {first.window}" if first.window else ""
     table = Table(
@@ -204,4 +222,6 @@ def compare_table(reports: Sequence[SimulationReport]) -> Table:
         table.add_column(col, justify="left" if n == 0 else "right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
+    for name, why in (failed or {}).items():
+        table.add_row(name, f"failed: {why}", *([""] * (len(columns) - 2)))
     return table

@@ -830,10 +830,12 @@ class ContextEngine:
             )
             request, _ = self._request(agent_id, boundary=True)
             result = self._build(agent_id, request)
+            stated = error is not None and error.limit_tokens > 0
             if refresh_made_progress(
                 manual=trigger == "manual",
                 failed_tokens=failed_tokens,
                 used=result.pack.budget_used,
+                stated_window=self.agent(agent_id).window if stated else 0,
             ):
                 steps = result.generation - start
                 message = f"Context refreshed · Generation {start} → {result.generation} · Reason: {reason}"

@@ -30,7 +30,7 @@ from ctxledger.adapters.importers.items import (
     role_items,
     step_items,
 )
-from ctxledger.domain.errors import BudgetError, InvalidInputError
+from ctxledger.domain.errors import BudgetError, CtxLedgerError, InvalidInputError
 from ctxledger.domain.model import AgentIdentity, Item
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prefix import lcp_bytes
@@ -80,6 +80,13 @@ class StepClock:
         self._now = at
 
 
+class KeptFraction(msgspec.Struct, frozen=True, kw_only=True):
+    """Kept tokens ÷ original tokens of the latest observation, over prompts (0 when dropped)."""
+
+    mean: float
+    min: float
+
+
 class PromptTokens(msgspec.Struct, frozen=True, kw_only=True):
     """Token counts of the accepted prompts: maximum, mean, 95th percentile (nearest rank)."""
 
@@ -119,7 +126,9 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     pinned_dropped: int
     objective_present: float
     latest_observation_present: float | None
+    latest_observation_kept_fraction: KeptFraction | None
     recent_failures_present: float | None
+    eviction_regret: float | None
     prefix_reuse: float
     prefix_reuse_limit: float
     prefix_reuse_within_generation: float
@@ -186,6 +195,44 @@ def _recorded(traj: Trajectory) -> RecordedTotals | None:
         cache_write_tokens=sum(u.cache_write_tokens for u in usages),
         hit_rate=round(read / prompt, 4) if prompt else 0.0,
     )
+
+
+_REGRET_STEPS = 5  # an item evicted and re-observed within this many steps is a regret
+
+
+class _Regret:
+    """Items a prompt dropped or compressed, and which of them the agent re-observed (same
+    content, or the same command run again) within the next :data:`_REGRET_STEPS` steps."""
+
+    def __init__(self) -> None:
+        self.evicted: dict[str, tuple[int, str, str]] = {}  # id → (step, content, command)
+        self.regretted: set[str] = set()
+
+    def prompt(self, step: int, result: BuildResult, pool: dict[str, Item]) -> None:
+        for d in result.pack.decisions:
+            if d.action in ("dropped", "compressed") and d.item_id in pool:
+                if d.reason in ("duplicate", "superseded", "raw_history"):
+                    continue  # nothing was lost: the same content is in, or never belongs
+                it = pool[d.item_id]
+                self.evicted.setdefault(d.item_id, (step, it.content, it.tool_signature))
+
+    def observed(self, step: int, items: Sequence[Item]) -> None:
+        for iid, (at, content, command) in self.evicted.items():
+            if iid in self.regretted or not 0 < step - at <= _REGRET_STEPS:
+                continue
+            if any(i.id != iid and (i.content == content or (command and i.tool_signature ==
+                   command)) for i in items):  # fmt: skip
+                self.regretted.add(iid)
+
+    def value(self) -> float | None:
+        return round(len(self.regretted) / len(self.evicted), 4) if self.evicted else None
+
+
+def _kept_fraction(item: Item, result: BuildResult) -> float:
+    decision = next((d for d in result.pack.decisions if d.item_id == item.id), None)
+    if decision is None or decision.action == "dropped" or not decision.tokens_before:
+        return 0.0
+    return min(1.0, decision.tokens_after / decision.tokens_before)
 
 
 def _in_prompt(item: Item, result: BuildResult, text: str, *, compressed: bool) -> bool:
@@ -302,6 +349,8 @@ def simulate_trajectory(
             sum(len(render_item(i).encode("utf-8")) for i in engine.pool(agent).items.values())
         ]
         recorded: list[StepItems] = []
+        kept: list[float] = []
+        regret = _Regret()
         for n, step in enumerate(traj.steps):
             clock.set(times[n])
             files, failures = _hints(traj.steps, n)
@@ -334,16 +383,15 @@ def simulate_trajectory(
             )
             if recorded and recorded[-1].observation is not None:
                 latest_total += 1
-                latest_hits += _in_prompt(recorded[-1].observation, result, text, compressed=False)
+                latest_hits += _in_prompt(recorded[-1].observation, result, text, compressed=True)
+                kept.append(_kept_fraction(recorded[-1].observation, result))
+            regret.prompt(n, result, pool.items)
             for back in recorded[-_HINT_STEPS:]:
                 if back.observation is not None and back.observation.failure:
                     failure_total += 1
                     failure_hits += _in_prompt(back.observation, result, text, compressed=True)
-            if recorded:
-                for it in (recorded[-1].action, recorded[-1].observation):
-                    if it is not None:
-                        engine.unpin(agent, it.id, by="simulate")
-            items = step_items(traj, step, make, at=times[n], pin=True)
+            items = step_items(traj, step, make, at=times[n])
+            regret.observed(n + 1, items.all)
             engine.record_many(agent, items.all)
             recorded.append(items)
             transcript.append(
@@ -351,10 +399,6 @@ def simulate_trajectory(
             )
             if progress is not None:
                 progress(n + 1, len(traj.steps))
-        if recorded:
-            for it in (recorded[-1].action, recorded[-1].observation):
-                if it is not None and it.pinned:
-                    engine.unpin(agent, it.id, by="simulate")
         gens = engine.agent(agent).generations
         events = engine.ledger.max_position() - start_position
     prompts = len(tally.tokens)
@@ -385,6 +429,12 @@ def simulate_trajectory(
         pinned_dropped=pinned_dropped,
         objective_present=round(objective_hits / prompts, 4) if prompts else 0.0,
         latest_observation_present=round(latest_hits / latest_total, 4) if latest_total else None,
+        latest_observation_kept_fraction=(
+            KeptFraction(mean=round(sum(kept) / len(kept), 4), min=round(min(kept), 4))
+            if kept
+            else None
+        ),
+        eviction_regret=regret.value(),
         recent_failures_present=round(failure_hits / failure_total, 4) if failure_total else None,
         prefix_reuse=round(tally.shared / tally.total, 4) if tally.total else 0.0,
         prefix_reuse_limit=round(limit_shared / limit_total, 4) if limit_total else 0.0,
@@ -461,8 +511,12 @@ def compare(
     store_url: str | None = None,
     progress: bool = False,
     counter: TokenCounter | None = None,
+    on_failure: Callable[[str, CtxLedgerError], None] | None = None,
 ) -> list[SimulationReport]:
-    """The same trajectory through several strategies (one agent each, one shared store)."""
+    """The same trajectory through several strategies (one agent each, one shared store).
+
+    With ``on_failure``, a strategy whose run ends in a typed error (e.g. the refresh ladder
+    exhausted) is reported to it and the others still run; without it the error propagates."""
     names = [s.strip() for s in strategies if s.strip()]
     if not names:
         raise InvalidInputError(f"no strategies given; choose from {', '.join(strategy_names())}")
@@ -473,8 +527,8 @@ def compare(
     reports = []
     for name in names:
         with _progress_bar(progress, f"compare {name}") as update:
-            reports.append(
-                simulate_trajectory(
+            try:
+                report = simulate_trajectory(
                     traj,
                     budget=budget,
                     window=window,
@@ -483,5 +537,10 @@ def compare(
                     counter=counter,
                     progress=update,
                 )
-            )
+            except CtxLedgerError as exc:
+                if on_failure is None:
+                    raise
+                on_failure(name, exc)
+                continue
+            reports.append(report)
     return reports

@@ -131,6 +131,7 @@ def resolve_request(
         scope=scope,
         session_id=identity.session_id,
         stage_id=query.stage_id,
+        latest_step=settings.latest_step,
     )
     return request, tuple(overridden)
 
@@ -146,10 +147,18 @@ def next_refresh_attempt(agent_id: str, streak: int, max_refreshes: int) -> int:
     return streak + 1
 
 
-def refresh_made_progress(*, manual: bool, failed_tokens: int, used: int) -> bool:
-    """A refresh is done when it was manual, when nothing was known to fail, or when the new
-    prompt is smaller than the one that failed."""
-    return manual or failed_tokens == 0 or used < failed_tokens
+def refresh_made_progress(
+    *, manual: bool, failed_tokens: int, used: int, stated_window: int = 0
+) -> bool:
+    """A refresh is done when it was manual, when nothing was known to fail, when the new
+    prompt fits the window the provider stated (``stated_window`` > 0: the window learned
+    from the error's stated limit), or — with no stated limit — when the new prompt is
+    smaller than the one that failed."""
+    if manual or failed_tokens == 0:
+        return True
+    if stated_window:
+        return used <= stated_window
+    return used < failed_tokens
 
 
 def latest_step_ids(

@@ -27,11 +27,13 @@ __all__ = [
     "BuildPlan",
     "EmittedContext",
     "plan_build",
+    "keep_ids",
+    "learned_window",
     "refresh_split",
     "shrink_cap",
 ]
 
-PLANNER_VERSION = 1
+PLANNER_VERSION = 2
 """Version of the pure planner (retrieval, strategies, packing, generation policy). Recorded on
 every ContextBuildingStarted: ``audit --rederive`` re-runs only builds of the same version.
 Bump it whenever a change can alter a selection for the same inputs."""
@@ -58,13 +60,40 @@ class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
     reason: str = ""
 
 
-def _new_candidates(candidates: Sequence[Item], ctx: EmittedContext) -> list[Item]:
+def _new_candidates(
+    candidates: Sequence[Item], ctx: EmittedContext, keep: frozenset[str]
+) -> list[Item]:
+    """Candidates an append may add: undecided ones, and dropped ones that must be in
+    (pinned, mandatory or kept by the latest-step policy)."""
     out = []
     for item in candidates:
         d = ctx.decisions.get(item.id)
-        if d is None or (d.action == "dropped" and (item.pinned or item.mandatory)):
+        if d is None or (
+            d.action == "dropped" and (item.pinned or item.mandatory or item.id in keep)
+        ):
             out.append(item)
     return out
+
+
+RECENT_FAILURES = 3
+"""How many of the newest failures the latest-step policy keeps in every prompt."""
+
+
+def keep_ids(candidates: Sequence[Item]) -> tuple[str, ...]:
+    """What the latest-step policy keeps, most important first: the newest step's group (the
+    last recorded candidate and every candidate sharing its ``group``), then the newest
+    :data:`RECENT_FAILURES` failures. *candidates* are in recording order."""
+    if not candidates:
+        return ()
+    last = candidates[-1]
+    step = [c.id for c in candidates if c.group == last.group] if last.group else [last.id]
+    failures: list[str] = []
+    for c in reversed(candidates):
+        if len(failures) == RECENT_FAILURES:
+            break
+        if c.failure and c.id not in step:
+            failures.append(c.id)
+    return (*step, *failures)
 
 
 def _select(
@@ -94,6 +123,8 @@ def plan_build(
     """
     if not 0 < watermark <= 0.9:
         raise ValueError("watermark must be in (0, 0.9]")
+    if request.latest_step and not request.keep_ids:
+        request = msgspec.structs.replace(request, keep_ids=keep_ids(candidates))
     budget = request.budget
     if not force_rebuild and (ctx is None or not ctx.decisions):
         return BuildPlan(
@@ -110,12 +141,18 @@ def plan_build(
         or (f"{OTHER_STAGE}:{len(off_stage)}" if off_stage else "")
     )
     if not reason and ctx is not None:
-        new = _new_candidates(candidates, ctx)
+        keep = frozenset(request.keep_ids)
+        new = _new_candidates(candidates, ctx, keep)
         room = max(0, budget - ctx.used)
         # A strategy needs a positive budget: with no room left, select against 1 token, so
         # anything new is ``over_budget`` (→ rebuild) and no new items append nothing.
         added = _select(request, new, counter, max(room, 1))
-        over = [d for d in added.decisions.values() if d.reason == "over_budget"]
+        # a kept item cut to fit the room left is a reason to rebuild (room is freed there)
+        over = [
+            d
+            for d in added.decisions.values()
+            if d.reason == "over_budget" or (d.item_id in keep and d.action != "included")
+        ]
         if not over and added.overflow == 0 and ctx.used + added.used <= budget:
             items = (*(ctx.emitted[i] for i in ctx.emitted), *added.items)
             decisions = {**ctx.decisions, **added.decisions}
@@ -128,7 +165,7 @@ def plan_build(
                 overflow=max(0, ctx.used + added.used - budget),
             )
             return BuildPlan(kind="append", result=result, emitted_order=ctx.order)
-        need = ctx.used + sum(d.tokens_before for d in over) + added.used
+        need = ctx.used + added.used + sum(d.tokens_before - d.tokens_after for d in over)
         reason = f"budget: next pack needs {need} > {budget} tokens"
     target = max(1, int(budget * watermark))
     result = _select(request, candidates, counter, target)
@@ -163,6 +200,32 @@ def refresh_split(
         )
         (carried if keep else dropped).append(item.id)
     return tuple(carried), tuple(dropped)
+
+
+def learned_window(
+    failed_tokens: int,
+    current_cap: int,
+    attempt: int,
+    *,
+    prompt_tokens: int = 0,
+    limit_tokens: int = 0,
+    output_tokens: int = 0,
+    floor: int = 1,
+) -> int:
+    """The agent's window (a budget cap, in this engine's tokens) after a context-limit error.
+
+    With a stated limit it is that limit less the stated output reserve — the same after
+    every error, never ratcheted down by repeated errors — scaled by our count of the failed
+    prompt over the provider's when the two tokenizers plausibly counted the same prompt (a
+    ratio in [0.5, 1)). Without one it shrinks from the prompt size that failed
+    (:func:`shrink_cap`). Never below *floor* (what pinned and mandatory content needs)."""
+    if limit_tokens > 0:
+        window = max(1, limit_tokens - output_tokens)
+        if prompt_tokens > 0 and failed_tokens > 0 and 0.5 <= failed_tokens / prompt_tokens < 1:
+            window = window * failed_tokens // prompt_tokens
+    else:
+        window = shrink_cap(failed_tokens or current_cap, current_cap, attempt)
+    return max(1, floor, window)
 
 
 def shrink_cap(

@@ -11,7 +11,11 @@ Order of work (every strategy goes through the same steps, with its own options)
    a strategy's own reason (``omitted_by_strategy``, ``other_phase``…), ``superseded``;
    a steering note scoped to another stage than the request's leaves first, even when
    pinned (``other_stage``): a note for one stage is never sent to another;
-5. the rest are taken in priority order (tier, then score, then id — or chronologically),
+5. kept units (``BuildRequest.keep_ids``: the latest step and the last failures) come next,
+   skipping strategy omissions: whole when they fit the room left, else failures reduced to
+   their key lines and the rest head/tail-clipped to it (reason ``kept_clipped``); dropped
+   ``over_budget`` only when forced content leaves them less than a few tokens;
+6. the rest are taken in priority order (tier, then score, then id — or chronologically),
    ``duplicate`` content is skipped, scope clipping applied, and each unit is included whole,
    compressed (heuristic extraction) or dropped ``over_budget``. Nothing but forced units can
    push ``used`` above the budget.
@@ -43,8 +47,10 @@ __all__ = [
     "OMITTED_BY_STRATEGY",
     "OTHER_PHASE",
     "OTHER_STAGE",
+    "KEPT_CLIPPED",
     "OUTSIDE_WINDOW",
     "OVER_BUDGET",
+    "RAW_HISTORY",
     "SUPERSEDED",
     "Accumulator",
     "Candidate",
@@ -55,6 +61,8 @@ __all__ = [
     "clip_text",
     "clip_marker",
     "drop_other_stage",
+    "include_kept",
+    "kept_units",
     "effective_budget",
     "make_units",
     "other_stage",
@@ -74,6 +82,8 @@ OTHER_PHASE = "other_phase"
 OTHER_STAGE = "other_stage"
 OMITTED_BY_STRATEGY = "omitted_by_strategy"
 OUTSIDE_WINDOW = "outside_conversation_window"
+RAW_HISTORY = "raw_history"
+KEPT_CLIPPED = "kept_clipped"
 DROP_REASONS = frozenset(
     {
         OVER_BUDGET,
@@ -84,6 +94,7 @@ DROP_REASONS = frozenset(
         OTHER_STAGE,
         OMITTED_BY_STRATEGY,
         OUTSIDE_WINDOW,
+        RAW_HISTORY,
     }
 )
 
@@ -91,6 +102,8 @@ _COMPRESS_MIN_TOKENS = 64  # smaller items are dropped, not compressed
 _COMPRESS_MIN_ROOM = 16  # do not try to compress into less room than this
 _COMPRESS_MAX_ATTEMPTS = 32  # per build: bounds the work on huge pools with tiny budgets
 _NEG_INF = float("-inf")
+_KEPT_MIN_ROOM = 24  # a kept unit gets at least this much room, or it is dropped over_budget
+_RENDER_ALLOWANCE = 8  # per clipped member: the block header a content count leaves out
 
 
 class PackResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,6 +133,7 @@ class PackResult(msgspec.Struct, frozen=True, kw_only=True):
 
 _L1 = Layer.L1
 _L3 = Layer.L3
+_L4 = Layer.L4
 _TOOL_LOG = Source.TOOL_LOG
 _CONVERSATION = Source.CONVERSATION
 _WORKER_FINDING = Source.WORKER_FINDING
@@ -485,6 +499,89 @@ def supersede_latest(
     return [u for u in units if id(u) not in gone]
 
 
+def kept_units(units: list[Unit], keep_ids: Sequence[str]) -> tuple[list[Unit], list[Unit]]:
+    """``(kept, rest)``: the non-forced units holding a kept id, most important first (the
+    order of ``keep_ids``), and the others in their order."""
+    if not keep_ids:
+        return [], units
+    rank = {iid: n for n, iid in enumerate(keep_ids)}
+    kept: list[tuple[int, Unit]] = []
+    rest: list[Unit] = []
+    for u in units:
+        found = [rank[m.item.id] for m in u.members if m.item.id in rank]
+        if found and not u.forced:
+            kept.append((min(found), u))
+        else:
+            rest.append(u)
+    kept.sort(key=lambda p: p[0])
+    return [u for _, u in kept], rest
+
+
+def include_kept(
+    u: Unit,
+    key: tuple[object, ...],
+    *,
+    limit: int,
+    acc: Accumulator,
+    counter: TokenCounter,
+    clip_limit: int = 0,
+) -> None:
+    """Include a kept unit in the room left, never past *limit*: whole when it fits; else a
+    failure is first reduced to its key lines (heuristic extraction) and whatever still does
+    not fit is head/tail-clipped (reason ``kept_clipped``). Dropped ``over_budget`` only when
+    the room left is below a few tokens (forced content filled the budget)."""
+    members = u.members
+    versions = [_version(m, clip_limit, counter) for m in members]
+    room = limit - acc.used
+    if sum(v[1] for v in versions) <= room:
+        for m, (text, t) in zip(members, versions, strict=True):
+            if text is None:
+                acc.include(m, key)
+            else:
+                acc.include(
+                    m, key, content=text, tokens=t, action="clipped",
+                    method=CLIP_METHOD, reason=CLIP_REASON,
+                )  # fmt: skip
+        return
+    allowance = _RENDER_ALLOWANCE * len(members)
+    if room - allowance < _KEPT_MIN_ROOM * len(members):
+        acc.drop_unit(u, OVER_BUDGET)
+        return
+    # (text, tokens, method) of each member after key-line extraction of failures
+    shrunk: list[tuple[str, int, str]] = []
+    for m, (text, t) in zip(members, versions, strict=True):
+        body = m.item.content if text is None else text
+        method = "" if text is None else CLIP_METHOD
+        if m.item.failure and t > _COMPRESS_MIN_TOKENS:
+            c = compress_text(body)
+            if c is not None:
+                ct = counter.count(c.text)
+                if ct < t:
+                    body, t, method = c.text, ct, c.method
+        shrunk.append((body, t, method))
+    total = sum(s[1] for s in shrunk)
+    final: list[tuple[str, int, str]] = []
+    for body, t, method in shrunk:
+        if total + allowance > room:
+            share = max(1, (room - allowance) * t // max(total, 1))
+            clipped = clip_text(body, t, share, counter)
+            if clipped is not None:
+                body, t = clipped
+                method = f"{method}+{CLIP_METHOD}" if method else CLIP_METHOD
+        final.append((body, t, method))
+    if sum(f[1] for f in final) + allowance > room:
+        acc.drop_unit(u, OVER_BUDGET)
+        return
+    for m, (body, t, method) in zip(members, final, strict=True):
+        if not method:
+            acc.include(m, key)
+            continue
+        action = "clipped" if method.endswith(CLIP_METHOD) else "compressed"
+        acc.include(
+            m, key, content=body, tokens=t, action=action, method=method, reason=KEPT_CLIPPED
+        )
+
+
 def _version(c: Candidate, clip_limit: int, counter: TokenCounter) -> tuple[str | None, int]:
     """The scope-clipped content and tokens of a candidate (``None`` content: unchanged)."""
     if clip_limit and c.tokens > clip_limit:
@@ -530,19 +627,25 @@ def pack(
     dedupe: bool = True,
     compress: bool = True,
     stop_at_first_miss: bool = False,
+    raw_history: bool = False,
 ) -> PackResult:
     """Pack *candidates* into the budget (``budget`` overrides the request's, e.g. tighter).
 
     ``omit`` gives a strategy's own drop reason for a candidate (never applied to forced
     units; one omitted member drops its whole group). ``chronological`` orders by
     ``observed_at`` instead of (tier, score, id); ``stop_at_first_miss`` stops filling at the
-    first unit that does not fit. Pure and deterministic.
+    first unit that does not fit; without ``raw_history`` raw-history (L4) items never reach
+    the prompt (seed 000: observability only), dropped ``raw_history``. Pure and
+    deterministic.
     """
     limit = effective_budget(request, budget)
     acc = Accumulator(counter, strategy_name)
     cands, presorted = _prepare(candidates, counter)
-    units = make_units(drop_other_stage(cands, request.stage_id, acc))
+    kept, units = kept_units(
+        make_units(drop_other_stage(cands, request.stage_id, acc)), request.keep_ids
+    )
     excluded = scope_excluder(request.scope)
+    clip_limit = request.scope.clip_above_tokens
 
     forced_units: list[Unit] = []
     live: list[Unit] = []
@@ -551,25 +654,31 @@ def pack(
             forced_units.append(u)
             continue
         reason: str | None = None
-        if excluded is not None or omit is not None:
-            unit_members = u.members
-            if excluded is not None and any(excluded(m.item) for m in unit_members):
-                reason = EXCLUDED_BY_SCOPE
-            elif omit is not None:
-                for m in unit_members:
-                    reason = omit(m)
-                    if reason:
-                        break
+        unit_members = u.members
+        if excluded is not None and any(excluded(m.item) for m in unit_members):
+            reason = EXCLUDED_BY_SCOPE
+        elif not raw_history and any(m.item.layer is _L4 for m in unit_members):
+            reason = RAW_HISTORY
+        elif omit is not None:
+            for m in unit_members:
+                reason = omit(m)
+                if reason:
+                    break
         if reason:
             acc.drop_unit(u, reason)
         else:
             live.append(u)
     for u in forced_units:
         acc.include_unit(u, u.chrono_key() if chronological else u.priority_key())
+    for u in kept:
+        if excluded is not None and any(excluded(m.item) for m in u.members):
+            acc.drop_unit(u, EXCLUDED_BY_SCOPE)
+        else:
+            key = u.chrono_key() if chronological else u.priority_key()
+            include_kept(u, key, limit=limit, acc=acc, counter=counter, clip_limit=clip_limit)
     if supersede:
         live = supersede_latest(live, forced_units, supersede, acc)
 
-    clip_limit = request.scope.clip_above_tokens
     contents = acc.contents
     attempts = 0
     stopped = False

@@ -27,7 +27,13 @@ class Scope(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class BuildRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """Ask for the next pack of one agent under a token budget."""
+    """Ask for the next pack of one agent under a token budget.
+
+    ``latest_step`` (the agent's latest-step policy) keeps the newest step's group and the
+    last failures in every build, clipped to fit; the planner turns it into ``keep_ids``
+    (those items, most important first), which packing includes right after pinned and
+    mandatory content — whole when they fit, else compressed or head/tail-clipped to the room
+    left, never over the budget."""
 
     agent_id: str
     budget: int
@@ -43,3 +49,5 @@ class BuildRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     scope: Scope = Scope()
     session_id: str = ""
     stage_id: str = ""
+    latest_step: bool = False
+    keep_ids: tuple[str, ...] = ()

@@ -44,8 +44,10 @@ class TurnError(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     prompt_tokens: int = 0
     limit_tokens: int = 0
+    output_tokens: int = 0
 
 
+_ANTHROPIC_WITH_OUTPUT = re.compile(r"(\d[\d,]*) \+ (\d[\d,]*) > (\d[\d,]*)")
 _ANTHROPIC_SIZES = re.compile(r"(\d[\d,]*) tokens? > (\d[\d,]*)(?: tokens?)? maximum")
 _OPENAI_LIMIT = re.compile(r"maximum context length is (\d[\d,]*) tokens")
 _OPENAI_PROMPT = re.compile(r"(?:resulted in|requested|you requested) (\d[\d,]*) tokens")
@@ -55,14 +57,19 @@ def _num(text: str) -> int:
     return int(text.replace(",", ""))
 
 
-def _sizes(message: str) -> tuple[int, int]:
-    """(prompt tokens, limit tokens) stated in a provider message, 0 when absent."""
+def _sizes(message: str) -> tuple[int, int, int]:
+    """(prompt tokens, limit tokens, output tokens) stated in a provider message, 0 when
+    absent ("input length and `max_tokens` exceed context limit: 188240 + 21333 > 200000"
+    states all three)."""
+    m = _ANTHROPIC_WITH_OUTPUT.search(message)
+    if m:
+        return _num(m.group(1)), _num(m.group(3)), _num(m.group(2))
     m = _ANTHROPIC_SIZES.search(message)
     if m:
-        return _num(m.group(1)), _num(m.group(2))
+        return _num(m.group(1)), _num(m.group(2)), 0
     limit = _OPENAI_LIMIT.search(message)
     prompt = _OPENAI_PROMPT.search(message)
-    return (_num(prompt.group(1)) if prompt else 0, _num(limit.group(1)) if limit else 0)
+    return (_num(prompt.group(1)) if prompt else 0, _num(limit.group(1)) if limit else 0, 0)
 
 
 def _find(body: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -106,7 +113,7 @@ def classify_turn_error(error: object, *, provider: str = "") -> TurnError:
         guessed, code = "", str(getattr(error, "code", "") or "")
         message = str(error)
     is_limit = code in _CONTEXT_CODES or bool(_CONTEXT_TEXT.search(message))
-    prompt_tokens, limit_tokens = _sizes(message[:2000]) if is_limit else (0, 0)
+    prompt_tokens, limit_tokens, output_tokens = _sizes(message[:2000]) if is_limit else (0, 0, 0)
     return TurnError(
         error_class="context_limit" if is_limit else "other",
         provider=provider or guessed,
@@ -114,4 +121,5 @@ def classify_turn_error(error: object, *, provider: str = "") -> TurnError:
         message=message[:500],
         prompt_tokens=min(prompt_tokens, 2**40),
         limit_tokens=min(limit_tokens, 2**40),
+        output_tokens=min(output_tokens, 2**40),
     )

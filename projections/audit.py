@@ -50,7 +50,10 @@ class _Agent:
     __slots__ = (
         "context_limit_pending",
         "decisions",
+        "event_history",
         "generation",
+        "groups",
+        "mandatory",
         "note_stages",
         "pinned",
         "registered",
@@ -60,10 +63,15 @@ class _Agent:
     def __init__(self) -> None:
         self.generation = 1
         self.pinned: set[str] = set()
+        self.mandatory: set[str] = set()  # stays forced through an unpin
         self.decisions: dict[str, Decision] = {}
         self.context_limit_pending = False
         self.registered = False
         self.note_stages: dict[str, str] = {}  # steering note id → the stage it is scoped to
+        self.event_history: set[str] = set()  # layered keeps these like pinned items
+        self.groups: dict[
+            str, str
+        ] = {}  # item id → its group (a group with a forced member is forced)
         self.stage = ""  # stage of the build in flight
 
 
@@ -80,6 +88,9 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
       compressed — except a steering note of another stage than the build's, which is
       dropped ``other_stage``;
     - ``over_budget``: a pack above its budget without the overflow recorded;
+    - ``unforced_over_budget``: a pack above its budget holding anything but pinned or
+      mandatory content (and, for ``layered``, steering notes and event history): the budget
+      is a hard limit that only forced content alone may exceed;
     - ``selection_hash``: a pack whose recorded delta does not rebuild its selection hash;
     - ``unverified_as_verified``: a verified_fact recorded unverified, recalled memory or an
       unverified hypothesis recorded verified, or a memory promoted as verified;
@@ -110,8 +121,14 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                 steering = type(event) is SteeringNoteAdded or item.source == Source.STEERING_NOTE
                 if item.pinned or item.mandatory or steering:
                     a.pinned.add(item.id)
+                if item.mandatory or steering:
+                    a.mandatory.add(item.id)
                 if steering and item.stage:
                     a.note_stages[item.id] = item.stage
+                if item.source == Source.EVENT_HISTORY:
+                    a.event_history.add(item.id)
+                if item.group:
+                    a.groups[item.id] = item.group
                 if item.source == Source.VERIFIED_FACT and not item.verified:
                     out.append(
                         Violation(
@@ -133,7 +150,9 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
             case ItemPinned(agent_id=aid, item_id=iid):
                 agent(pos, aid).pinned.add(iid)
             case ItemUnpinned(agent_id=aid, item_id=iid):
-                agent(pos, aid).pinned.discard(iid)
+                a = agent(pos, aid)
+                if iid not in a.mandatory:
+                    a.pinned.discard(iid)
             case ContextBuildingStarted(agent_id=aid, stage_id=stage):
                 if (known := agents.get(aid)) is not None:
                     known.stage = stage
@@ -205,6 +224,27 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                             ),
                         )
                     )
+                if event.budget_used > event.budget_limit:
+                    forced = a.pinned | (a.event_history if event.strategy == "layered" else set())
+                    forced_groups = {a.groups[i] for i in forced if i in a.groups}
+                    forced |= {i for i, g in a.groups.items() if g in forced_groups}
+                    loose = sorted(
+                        iid
+                        for iid, d in a.decisions.items()
+                        if d.action != "dropped" and iid not in forced
+                    )
+                    if loose:
+                        out.append(
+                            Violation(
+                                position=pos,
+                                rule="unforced_over_budget",
+                                agent_id=aid,
+                                detail=(
+                                    f"{event.budget_used} > {event.budget_limit} with "
+                                    f"{len(loose)} unpinned items in, e.g. {loose[0]}"
+                                ),
+                            )
+                        )
                 if event.selection_hash and selection_hash(a.decisions) != event.selection_hash:
                     out.append(
                         Violation(

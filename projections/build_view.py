@@ -13,9 +13,9 @@ from ctxledger.domain.events import GenerationRefreshed
 from ctxledger.domain.generation_policy import (
     BuildPlan,
     EmittedContext,
+    learned_window,
     plan_build,
     refresh_split,
-    shrink_cap,
 )
 from ctxledger.domain.model import Decision, Generation, Item
 from ctxledger.domain.ports import TokenCounter
@@ -210,16 +210,19 @@ def refresh_generation(
     error: TurnError | None,
 ) -> GenerationRefreshed:
     """One step of the refresh pipeline: the cut (durable state and the latest step carried,
-    ephemeral and raw history dropped) and the new budget cap, smaller after a context-limit
-    error (scaled by the provider's stated sizes when it gave them)."""
+    ephemeral and raw history dropped) and, after a context-limit error, the window learned
+    from it (:func:`learned_window`) as the new generation's budget cap."""
     cap = gen.budget if gen.budget else request.budget
     if trigger == "context_limit":
-        cap = shrink_cap(
-            failed_tokens or cap,
+        forced = sum(i.token_count for i in pool.candidates() if i.pinned or i.mandatory)
+        cap = learned_window(
+            failed_tokens,
             cap,
             attempt,
-            provider_prompt_tokens=error.prompt_tokens if error else 0,
-            provider_limit_tokens=error.limit_tokens if error else 0,
+            prompt_tokens=error.prompt_tokens if error else 0,
+            limit_tokens=error.limit_tokens if error else 0,
+            output_tokens=error.output_tokens if error else 0,
+            floor=forced,
         )
     latest = latest_step_ids(
         pool.seq,

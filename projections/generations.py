@@ -44,7 +44,9 @@ class AgentGenerations(msgspec.Struct, frozen=True, kw_only=True):
     ``settings`` is the latest ``AgentConfigured``; ``last_request`` the request of the
     latest recorded build (its query — task, phase, files… — is what a refresh or rebuild
     re-asks); ``scope`` the scope the current generation was built with (fixed within it);
-    ``refresh_streak`` the refreshes since the last successful turn."""
+    ``refresh_streak`` the refreshes since the last successful turn; ``window`` the budget cap
+    the last context-limit refresh learned (0: none), cleared by an explicit budget
+    (``AgentConfigured`` changing it) and by a successful turn larger than it."""
 
     agent: AgentIdentity
     generations: tuple[Generation, ...]
@@ -52,6 +54,7 @@ class AgentGenerations(msgspec.Struct, frozen=True, kw_only=True):
     last_request: BuildRequest | None = None
     scope: Scope = Scope()
     refresh_streak: int = 0
+    window: int = 0
 
     @property
     def current(self) -> Generation:
@@ -59,13 +62,8 @@ class AgentGenerations(msgspec.Struct, frozen=True, kw_only=True):
 
     @property
     def window_cap(self) -> int:
-        """The smallest budget a context-limit refresh learned for this agent (0: none)."""
-        caps = [
-            g.budget
-            for g in self.generations
-            if g.kind == "refresh" and g.trigger == "context_limit" and g.budget
-        ]
-        return min(caps) if caps else 0
+        """The budget cap a context-limit refresh learned for this agent (0: none)."""
+        return self.window
 
     def generation(self, number: int) -> Generation | None:
         for g in self.generations:
@@ -110,13 +108,27 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
             ag = state.by_agent.get(aid)
             if ag is None:
                 return state
-            return _with_agent(state, aid, msgspec.structs.replace(ag, settings=settings))
+            window = 0 if settings.budget != ag.settings.budget else ag.window
+            return _with_agent(
+                state, aid, msgspec.structs.replace(ag, settings=settings, window=window)
+            )
         case ContextBuildingStarted(agent_id=aid, request=request) if request is not None:
             ag = state.by_agent.get(aid)
             if ag is None:
                 return state
             return _with_agent(state, aid, msgspec.structs.replace(ag, last_request=request))
-        case CacheUsageRecorded(agent_id=aid) | TurnSucceeded(agent_id=aid):
+        case CacheUsageRecorded(agent_id=aid):
+            ag = state.by_agent.get(aid)
+            if ag is None:
+                return state
+            sent = event.input_tokens + event.cache_read_tokens + event.cache_write_tokens
+            window = 0 if ag.window and sent > ag.window else ag.window
+            if ag.refresh_streak == 0 and window == ag.window:
+                return state
+            return _with_agent(
+                state, aid, msgspec.structs.replace(ag, refresh_streak=0, window=window)
+            )
+        case TurnSucceeded(agent_id=aid):
             ag = state.by_agent.get(aid)
             if ag is None or ag.refresh_streak == 0:
                 return state
@@ -162,8 +174,13 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
                 budget=event.budget,
             )
             streak = ag.refresh_streak + (1 if event.kind == "refresh" else 0)
+            learned = event.kind == "refresh" and event.trigger == "context_limit"
             entry = msgspec.structs.replace(
-                ag, generations=(*ag.generations, gen), refresh_streak=streak, scope=Scope()
+                ag,
+                generations=(*ag.generations, gen),
+                refresh_streak=streak,
+                scope=Scope(),
+                window=event.budget if learned and event.budget else ag.window,
             )
             return _with_agent(state, event.agent_id, entry)
         case (

@@ -33,4 +33,5 @@ class FullHistoryStrategy:
             supersede=frozenset(),
             compress=False,
             stop_at_first_miss=True,
+            raw_history=True,
         )

@@ -8,8 +8,11 @@
    first kept, later ``duplicate``); Conversation: keep the last N (older
    ``outside_conversation_window``); other sources pass through;
 4. layer eviction while over budget: L2 first, then L1 — within a layer tool logs oldest
-   first, then the rest oldest first. L0, L3 and L4 are never evicted, so a layered pack may
-   exceed the budget: the excess is recorded as ``overflow``.
+   first, then the rest oldest first. L0, L3 and L4 are evicted only when that is not
+   enough (the budget is a hard limit: only pinned content may exceed it, recorded as
+   ``overflow``), oldest first, and never the kept units of the latest-step policy (the
+   newest step's group and the last failures), which are included right after the pinned
+   content, clipped to the room left when they do not fit whole.
 
 Grouped items are never compressed per source and are evicted only as a whole group (a
 group with a member in L0/L3/L4 is never evicted).
@@ -34,6 +37,8 @@ from ctxledger.domain.packing import (
     Unit,
     drop_other_stage,
     effective_budget,
+    include_kept,
+    kept_units,
     make_units,
     prepare,
     scope_excluder,
@@ -99,7 +104,7 @@ class LayeredStrategy:
         limit = effective_budget(request)
         acc = Accumulator(counter, self.name)
         cands = drop_other_stage(prepare(candidates, counter), request.stage_id, acc)
-        units = make_units(cands, forced=_forced)
+        kept, units = kept_units(make_units(cands, forced=_forced), request.keep_ids)
         excluded = scope_excluder(request.scope)
         clip_limit = request.scope.clip_above_tokens
 
@@ -132,7 +137,16 @@ class LayeredStrategy:
                 versions[m.item.id][1] if m.item.id in versions else m.tokens for m in u.members
             )
 
-        total = sum(u.tokens for u in forced) + sum(size(u) for u in live)
+        for u in forced:
+            acc.include_unit(u, _layer_key(u))
+        for u in kept:
+            if excluded is not None and any(excluded(m.item) for m in u.members):
+                acc.drop_unit(u, EXCLUDED_BY_SCOPE)
+            else:
+                include_kept(
+                    u, _layer_key(u), limit=limit, acc=acc, counter=counter, clip_limit=clip_limit
+                )
+        total = acc.used + sum(size(u) for u in live)
         if total > limit:
             # Eviction order: L2 tool logs, other L2, L1 tool logs, other L1 — oldest first.
             order: dict[tuple[int, bool], list[Unit]] = {}
@@ -150,11 +164,19 @@ class LayeredStrategy:
                         evicted.add(id(u))
                         acc.drop_unit(u, OVER_BUDGET)
                         acc.strategies.add(f"evict:{layer.name}")
+            # Still over: the budget is a hard limit, so L0/L3/L4 go too, oldest first.
+            for u in sorted(live, key=_age_key):
+                if total <= limit:
+                    break
+                if id(u) in evicted:
+                    continue
+                total -= size(u)
+                evicted.add(id(u))
+                acc.drop_unit(u, OVER_BUDGET)
+                acc.strategies.add("evict:over_budget")
             if evicted:
                 live = [u for u in live if id(u) not in evicted]
 
-        for u in forced:
-            acc.include_unit(u, _layer_key(u))
         for u in live:
             key = _layer_key(u)
             for m in u.members:

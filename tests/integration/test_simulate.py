@@ -56,9 +56,15 @@ def _check_store(capsys: pytest.CaptureFixture[str], url: str) -> None:
 def _check_targets(r: SimulationReport) -> None:
     assert r.prompts == r.steps
     assert r.over_budget_prompts == 0
+    assert r.overflow_prompts == 0  # nothing pinned there exceeds the budget
+    assert r.prompt_tokens.max <= r.budget
     assert r.pinned_dropped == 0
     assert r.objective_present == 1.0
     assert r.latest_observation_present == 1.0
+    assert r.latest_observation_kept_fraction is not None
+    assert 0.0 < r.latest_observation_kept_fraction.min <= r.latest_observation_kept_fraction.mean
+    if r.recent_failures_present is not None:
+        assert r.recent_failures_present >= 0.97
     if r.window is not None:
         assert r.prompt_tokens.max <= r.window
     assert r.events > 0

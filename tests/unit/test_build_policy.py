@@ -281,6 +281,7 @@ def test_the_query_is_copied_and_identity_fields_filled_in() -> None:
         scope=Scope(),
         session_id="s1",
         stage_id="stage-2",
+        latest_step=True,
     )
 
 

@@ -90,7 +90,7 @@ def test_non_positive_budget_is_refused() -> None:
 
 def test_variable_fills_by_priority_tier() -> None:
     pool = [
-        mk("log", Layer.L4, Source.TOOL_LOG, 100),
+        mk("log", Layer.L0, Source.TOOL_LOG, 100),
         mk("report", Layer.L2, Source.PARENT_REPORT, 100),
         mk("code", Layer.L2, Source.REPOSITORY_SOURCE, 100),
         mk("goal", Layer.L1, Source.USER_REQUIREMENT, 100),
@@ -111,9 +111,27 @@ def test_variable_fills_by_priority_tier() -> None:
 def test_variable_takes_a_smaller_later_item_that_still_fits() -> None:
     pool = [
         mk("big", Layer.L2, Source.REPOSITORY_SOURCE, 300),
-        mk("small", Layer.L4, Source.TOOL_LOG, 50),
+        mk("small", Layer.L0, Source.TOOL_LOG, 50),
     ]
     assert fate(build(pool, 200)) == {"big": "over_budget", "small": "included"}
+
+
+@pytest.mark.parametrize(
+    "strategy", ["variable", "summary", "aggressive_refresh", "role_optimized"]
+)
+def test_raw_history_is_observability_only(strategy: str) -> None:
+    """Seed 000: raw history (L4) never reaches a prompt — except through full_history and
+    layered (seed 004's L4 = event history), which keep it by design."""
+    pool = [
+        mk("goal", Layer.L1, Source.USER_REQUIREMENT, 10),
+        mk("log", Layer.L4, Source.TOOL_LOG, 10),
+        mk("talk", Layer.L4, Source.CONVERSATION, 10),
+    ]
+    res = build(pool, 1000, strategy=strategy)
+    assert (fate(res)["log"], fate(res)["talk"]) == ("raw_history", "raw_history")
+    assert fate(res)["goal"] == "included"
+    for keeper in ("full_history", "layered"):
+        assert fate(build(pool, 1000, strategy=keeper))["log"] == "included"
 
 
 def test_pinned_and_mandatory_overflow_is_recorded_not_hidden() -> None:
@@ -260,8 +278,8 @@ def test_full_history_is_chronological_and_stops_at_the_first_miss() -> None:
     ]
     res = build(pool, 200, strategy="full_history")
     assert fate(res) == {"t1": "included", "t2": "over_budget", "t3": "over_budget"}
-    # variable would have taken the small recent log
-    assert fate(build(pool, 200))["t3"] == "included"
+    # variable never sends raw history (L4): that is full_history's alone
+    assert fate(build(pool, 200))["t3"] == "raw_history"
 
 
 def test_full_history_keeps_raw_history_in_time_order() -> None:
@@ -289,8 +307,8 @@ def test_summary_keeps_task_state_findings_and_reports_only() -> None:
         "report": "included",
         "grep": "omitted_by_strategy",
         "memory": "omitted_by_strategy",
-        "raw": "omitted_by_strategy",
-        "raw-pinned": "included",
+        "raw": "raw_history",  # raw history never reaches a summary prompt …
+        "raw-pinned": "included",  # … unless pinned
     }
 
 
@@ -389,7 +407,7 @@ def test_layered_per_source_compression() -> None:
     )
 
 
-def test_layered_evicts_l2_before_l1_and_never_l0_l3_l4() -> None:
+def test_layered_evicts_l2_then_l1_and_l0_l3_l4_only_as_a_last_resort() -> None:
     pool = [
         mk("live", Layer.L0, Source.TOOL_LOG, 100),
         mk("stage", Layer.L1, Source.USER_REQUIREMENT, 100),
@@ -409,11 +427,16 @@ def test_layered_evicts_l2_before_l1_and_never_l0_l3_l4() -> None:
     }
     assert (res.used, res.overflow) == (400, 0)
     tight = build(pool, 250, strategy="layered")
-    # … then L1; L0, L3 and L4 stay even though the pack is still over budget.
+    # … then L1; still over budget, so L0/L3/L4 go too, oldest first: the budget is a hard
+    # limit (only pinned content may exceed it)
     assert fate(tight)["stage"] == "over_budget"
-    assert {i.id for i in tight.items} == {"live", "project", "archive"}
-    assert (tight.used, tight.overflow) == (300, 50)
-    assert tight.metadata.strategies_applied == ("layered", "evict:L1", "evict:L2")
+    assert tight.used <= 250
+    assert tight.overflow == 0
+    assert len(tight.items) == 2
+    assert {i.id for i in tight.items} < {"live", "project", "archive"}
+    assert tight.metadata.strategies_applied == (
+        "layered", "evict:L1", "evict:L2", "evict:over_budget",
+    )  # fmt: skip
 
 
 def test_by_layer_groups_the_selection_for_a_context_pack() -> None:
