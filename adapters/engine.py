@@ -36,6 +36,7 @@ from ctxledger.domain.build_policy import (
 )
 from ctxledger.domain.build_record import build_started
 from ctxledger.domain.compression import compress_report
+from ctxledger.domain.decision_point import DECISION_LAYERS
 from ctxledger.domain.errors import (
     ConflictError,
     CtxLedgerError,
@@ -60,6 +61,7 @@ from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
 from ctxledger.projections.build_view import (
+    DECISION_POINT,
     build_view,
     decide_build,
     refresh_generation,
@@ -543,9 +545,13 @@ class ContextEngine:
         scope: Scope | None = None,
         latest_user_input: str = "",
         stage_id: str = "",
+        purpose: Literal["prompt", "decision_point"] = "prompt",
     ) -> BuildResult:
         """Build the agent's next pack and compose its prompt; records every decision.
-        ``budget``, ``strategy`` and ``scope`` override the agent's settings for this build."""
+        ``budget``, ``strategy`` and ``scope`` override the agent's settings for this build.
+        ``purpose="decision_point"`` builds seed 004's DecisionPointBuilder view instead: L0 and
+        L1 only (other layers ``excluded_by_scope``), on its own (the generation's prompt and
+        decisions are left as they are), recorded like any build."""
         query = BuildQuery(
             task=task,
             phase=phase,
@@ -555,8 +561,14 @@ class ContextEngine:
             failures=tuple(failures),
             stage_id=stage_id,
         )
+        if purpose == "decision_point":
+            scope = Scope(layers=DECISION_LAYERS)
         overrides = Overrides(budget=budget, strategy=strategy, scope=scope)
-        request, overridden = self._request(agent_id, query=query, overrides=overrides)
+        request, overridden = self._request(
+            agent_id, query=query, overrides=overrides, boundary=purpose == "decision_point"
+        )
+        if purpose == "decision_point":
+            request = msgspec.structs.replace(request, purpose=DECISION_POINT)
         return self._build(
             agent_id, request, overrides=overridden, latest_user_input=latest_user_input
         )
@@ -651,7 +663,7 @@ class ContextEngine:
             raise _Superseded
         ag = self.agent(agent_id)
         record = decide_build(
-            build_view(ag.current, self.pool(agent_id)),
+            build_view(ag.current, self.pool(agent_id), request.purpose),
             request,
             pack_id=started.pack_id,
             reserve=volatile_reserve(

@@ -85,7 +85,8 @@ def rederive(
             ag = gens.by_agent.get(event.agent_id)
             if ag is not None:
                 agent_pool = pool.by_agent.get(event.agent_id, AgentPool())
-                view = build_view(ag.current, agent_pool)
+                purpose = event.request.purpose if event.request is not None else ""
+                view = build_view(ag.current, agent_pool, purpose)
                 pending[event.pack_id] = _Pending(started=event, view=view)
             continue
         if isinstance(event, ev.ContextBuildingFailed | ev.ContextBuildingInterrupted):
@@ -119,7 +120,11 @@ def rederive(
         )
         rederived += 1
         if selection_hash(decisions) != event.selection_hash:
-            recorded = gens.by_agent[event.agent_id].current.decisions
+            recorded = (
+                {d.item_id: d for d in event.decisions}
+                if event.purpose
+                else gens.by_agent[event.agent_id].current.decisions
+            )
             details.append(
                 Mismatch(
                     position=rec.position,

@@ -205,6 +205,7 @@ def record_build(
             prompt_bytes=len(prompt_bytes),
             expected_cached_bytes=expected,
             changed_segment=changed_segment(prev_prompt, prompt) if prev_prompt else "",
+            purpose=request.purpose,
         )
     )
     message = ""

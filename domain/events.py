@@ -180,6 +180,7 @@ class ContextPackBuilt(EventBase, frozen=True, kw_only=True):
     prompt_bytes: Count = 0
     expected_cached_bytes: Count = 0
     changed_segment: str = ""
+    purpose: str = ""
 
 
 class ContextBuildingFailed(EventBase, frozen=True, kw_only=True):

@@ -234,6 +234,7 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     order: tuple[str, ...] = ()
     prompt_bytes: Count = 0
     expected_cached_bytes: Count = 0
+    decision_points: Count = 0
 
     def _with(self, *actions: str) -> tuple[Decision, ...]:
         return tuple(d for d in self.decisions.values() if d.action in actions)

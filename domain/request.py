@@ -33,7 +33,9 @@ class BuildRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     last failures in every build, clipped to fit; the planner turns it into ``keep_ids``
     (those items, most important first), which packing includes right after pinned and
     mandatory content — whole when they fit, else compressed or head/tail-clipped to the room
-    left, never over the budget."""
+    left, never over the budget. ``purpose`` ``"decision_point"`` asks for seed 004's
+    DecisionPointBuilder view: a small pack of L0 + L1 only, built on its own (it never
+    changes the generation's prompt); ``""`` is an ordinary prompt."""
 
     agent_id: str
     budget: int
@@ -51,3 +53,4 @@ class BuildRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     stage_id: str = ""
     latest_step: bool = False
     keep_ids: tuple[str, ...] = ()
+    purpose: str = ""

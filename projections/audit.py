@@ -208,7 +208,10 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                             detail=f"pack of generation {event.generation} in {a.generation}",
                         )
                     )
-                a.decisions = apply_decision_delta(a.decisions, event.decisions, event.retired)
+                prompt_decisions = a.decisions
+                a.decisions = apply_decision_delta(
+                    {} if event.purpose else a.decisions, event.decisions, event.retired
+                )
                 if (
                     event.budget_used > event.budget_limit
                     and event.overflow != event.budget_used - event.budget_limit
@@ -262,6 +265,8 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                                 detail=f"{iid}: {d.action} ({d.reason})",
                             )
                         )
+                if event.purpose:  # the generation's prompt decisions are unchanged by it
+                    a.decisions = prompt_decisions
             case RecallRendered(agent_id=aid):
                 agent(pos, aid)
                 if (

@@ -26,6 +26,7 @@ from ctxledger.domain.turn_errors import TurnError
 from ctxledger.projections.pool import AgentPool, verified_form
 
 __all__ = [
+    "DECISION_POINT",
     "BuildView",
     "build_view",
     "decide_build",
@@ -85,8 +86,19 @@ def previous_prompt(ctx: EmittedContext | None) -> PromptParts | None:
     return compose(ctx.emitted.values(), emitted_order=ctx.order, static_ids=static_ids)
 
 
-def build_view(gen: Generation, pool: AgentPool) -> BuildView:
-    """The view of one agent at the current stream version."""
+DECISION_POINT = "decision_point"
+
+
+def build_view(gen: Generation, pool: AgentPool, purpose: str = "") -> BuildView:
+    """The view of one agent at the current stream version. A decision point is built on its
+    own: as if nothing were emitted (it never appends to or rebuilds the generation)."""
+    if purpose == DECISION_POINT:
+        return BuildView(
+            generation=Generation(number=gen.number),
+            candidates=tuple(pool.candidates()),
+            emitted=None,
+            verified_ids=frozenset(pool.verified),
+        )
     return BuildView(
         generation=gen,
         candidates=tuple(pool.candidates()),

@@ -140,6 +140,9 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
             cur = ag.current
             if event.generation != cur.number:
                 return state
+            if event.purpose == "decision_point":  # a view of its own: the prompt is unchanged
+                dp = msgspec.structs.replace(cur, decision_points=cur.decision_points + 1)
+                return _with_agent(state, event.agent_id, _replace_current(ag, dp))
             gen = msgspec.structs.replace(
                 cur,
                 strategy=event.strategy,

@@ -182,6 +182,7 @@ class ContextView(msgspec.Struct, frozen=True, kw_only=True):
     last_turn_error: str = ""
     building: str = ""
     settings: AgentSettings = AgentSettings()
+    decision_points: int = 0
 
 
 def _preview(text: str, n: int = 120) -> str:
@@ -319,6 +320,7 @@ def inspect_agent(models: ViewModels, agent_id: str, generation: int | None = No
         controls=ai.controls,
         last_turn_error=ai.last_turn_error,
         building=models.context_state.building_pack(agent_id),
+        decision_points=gen.decision_points,
         settings=models.generations.by_agent[agent_id].settings,
     )
 

@@ -163,8 +163,8 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             return _put(state, agent_id, msgspec.structs.replace(pool, verified=verified))
         case ContextPackBuilt(agent_id=agent_id):
             pool = state.by_agent.get(agent_id)
-            if pool is None or pool.built_upto == pool.recorded:
-                return state
+            if pool is None or pool.built_upto == pool.recorded or event.purpose:
+                return state  # a decision point is not the agent's prompt: nothing was "seen"
             return _put(state, agent_id, msgspec.structs.replace(pool, built_upto=pool.recorded))
         case GenerationRefreshed(agent_id=agent_id, kind="refresh", dropped=dropped):
             pool = state.by_agent.get(agent_id)
