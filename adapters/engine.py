@@ -144,6 +144,10 @@ class ContextEngine:
         self.settings = settings or EngineSettings()
         self._runner = runner
         self._since_save = 0
+        self._prompts: dict[str, tuple[str, PromptParts]] = {}
+        """A memo, never state: per agent, the last pack id and the stable part of the prompt
+        it built (what ``previous_prompt`` would re-derive from the log for the next build).
+        A miss (restart, another writer built since) re-derives it; the result is the same."""
 
     @classmethod
     def open(cls, url: str, **kwargs: Any) -> ContextEngine:
@@ -662,6 +666,7 @@ class ContextEngine:
             self._close(stream, started, interrupted=True, reason=_SUPERSEDED)
             raise _Superseded
         ag = self.agent(agent_id)
+        memo = self._prompts.get(agent_id)
         record = decide_build(
             build_view(ag.current, self.pool(agent_id), request.purpose),
             request,
@@ -674,12 +679,15 @@ class ContextEngine:
             force_rebuild=started.force_rebuild,
             group=group,
             latest_user_input=latest_user_input,
+            previous=memo[1] if memo and memo[0] == ag.current.last_pack_id else None,
         )
         try:
             self.ledger.append(stream, record.events, expected_version=version)
         except ConflictError:
             self._close(stream, started, interrupted=True, reason=_SUPERSEDED)
             raise _Superseded from None
+        if record.stable_prompt is not None:
+            self._prompts[agent_id] = (started.pack_id, record.stable_prompt)
         self._appended(len(record.events))
         return BuildResult(
             pack=record.pack,

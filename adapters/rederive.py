@@ -12,7 +12,7 @@ from ctxledger.adapters.ledger import Recorded
 from ctxledger.adapters.tokens import counter_named
 from ctxledger.domain import events as ev
 from ctxledger.domain.generation_policy import PLANNER_VERSION
-from ctxledger.domain.model import Decision, selection_hash
+from ctxledger.domain.model import Decision, selection_matches
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.projections.build_view import BuildView, build_view, rederive_decisions
 from ctxledger.projections.generations import Generations, evolve_generations
@@ -119,7 +119,7 @@ def rederive(
             force_rebuild=started.force_rebuild,
         )
         rederived += 1
-        if selection_hash(decisions) != event.selection_hash:
+        if not selection_matches(decisions, event.selection_hash):
             recorded = (
                 {d.item_id: d for d in event.decisions}
                 if event.purpose

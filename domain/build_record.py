@@ -18,13 +18,26 @@ from ctxledger.domain.model import (
     Layer,
     decision_delta,
     selection_hash,
+    updated_selection_hash,
 )
 from ctxledger.domain.prefix import changed_segment, lcp_bytes
-from ctxledger.domain.prompt import PromptParts, compose
+from ctxledger.domain.prompt import (
+    PromptParts,
+    compose,
+    compose_append,
+    volatile_tail,
+    without_tail,
+)
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.request import BuildRequest
 
-__all__ = ["BuildRecord", "build_started", "final_decisions", "record_build"]
+__all__ = [
+    "BuildRecord",
+    "append_decisions",
+    "build_started",
+    "final_decisions",
+    "record_build",
+]
 
 
 class BuildRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,6 +50,9 @@ class BuildRecord(msgspec.Struct, frozen=True, kw_only=True):
     generation: int
     message: str = ""
     expected_cached_bytes: int = 0
+    stable_prompt: PromptParts | None = None
+    """The prompt without its VOLATILE tail: what ``previous_prompt`` re-derives for the
+    generation's next build (None for a decision point, which the generation never sees)."""
 
 
 def build_started(
@@ -87,6 +103,33 @@ def final_decisions(
     return decisions
 
 
+def append_decisions(
+    plan: BuildPlan, previous: dict[str, Decision], verified_ids: Collection[str]
+) -> tuple[dict[str, Decision], tuple[Decision, ...]]:
+    """``final_decisions`` and the changed part of ``decision_delta`` of an append, in
+    O(appended): only the append's own decisions are new (an append retires nothing), and
+    the delta keeps the order ``decision_delta`` gives (earlier candidates in their previous
+    order, then the new ones). A property test holds it equal to the two general functions."""
+    added = plan.appended
+    if added is None:
+        raise ValueError("append_decisions needs an append plan")
+    items_by_id = {i.id: i for i in added.items}
+    decisions = dict(plan.result.decisions)
+    for k, d in added.decisions.items():
+        if d.action in ("compressed", "clipped") and k in items_by_id:
+            d = msgspec.structs.replace(d, content=items_by_id[k].content)
+        if d.action != "dropped" and k in verified_ids:
+            d = msgspec.structs.replace(d, verified=True)
+        decisions[k] = d
+    earlier = [k for k in added.decisions if k in previous]
+    if len(earlier) > 1:
+        position = {k: n for n, k in enumerate(previous)}
+        earlier.sort(key=position.__getitem__)
+    fresh = [k for k in added.decisions if k not in previous]
+    changed = tuple(decisions[k] for k in (*earlier, *fresh) if previous.get(k) != decisions[k])
+    return decisions, changed
+
+
 def record_build(
     *,
     agent_id: str,
@@ -131,10 +174,19 @@ def record_build(
         )
         previous_decisions = {}
     result = plan.result
-    decisions = final_decisions(plan, previous_decisions, verified_ids)
-    static_ids = None
-    if plan.kind == "append" and ctx is not None:
-        static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
+    if plan.kind == "append":
+        decisions, changed = append_decisions(plan, previous_decisions, verified_ids)
+        retired: tuple[str, ...] = ()
+        replaced = [
+            previous_decisions[d.item_id] for d in changed if d.item_id in previous_decisions
+        ]
+        selection = updated_selection_hash(gen.selection_hash, replaced, changed)
+    else:
+        decisions = final_decisions(plan, previous_decisions, verified_ids)
+        changed, retired = decision_delta(previous_decisions, decisions)
+        selection = None
+    if selection is None:
+        selection = selection_hash(decisions)
     if group is not None:
         events.append(
             ev.RecallRendered(
@@ -147,23 +199,42 @@ def record_build(
                 bytes=group.bytes,
             )
         )
-    prompt = compose(
-        result.items,
-        emitted_order=plan.emitted_order,
-        static_ids=static_ids,
-        recall=group.text if group is not None else "",
-        status=(
-            f"Generation {number} · {result.used}/{request.budget} tokens"
-            f" · strategy {request.strategy}"
-        ),
-        latest_user_input=latest_user_input,
+    status = (
+        f"Generation {number} · {result.used}/{request.budget} tokens · strategy {request.strategy}"
     )
+    recall = group.text if group is not None else ""
+    prompt = None
+    if (
+        plan.appended is not None
+        and previous_prompt is not None
+        and previous_prompt.order == gen.order
+    ):
+        prompt = compose_append(
+            previous_prompt,
+            plan.appended.items,
+            status=status,
+            recall=recall,
+            latest_user_input=latest_user_input,
+        )
+    if prompt is not None:
+        appended = prompt.order[len(gen.order) :]
+    else:
+        static_ids = None
+        if plan.kind == "append" and ctx is not None:
+            static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
+        prompt = compose(
+            result.items,
+            emitted_order=plan.emitted_order,
+            static_ids=static_ids,
+            recall=recall,
+            status=status,
+            latest_user_input=latest_user_input,
+        )
+        previous_order = set(gen.order) if plan.kind != "rebuild" else set()
+        appended = tuple(i for i in prompt.order if i not in previous_order)
     prev_prompt = previous_prompt
     prompt_bytes = prompt.text.encode("utf-8")
     expected = lcp_bytes(prev_prompt.stable.encode("utf-8"), prompt_bytes) if prev_prompt else 0
-    changed, retired = decision_delta(previous_decisions, decisions)
-    previous_order = set(gen.order) if plan.kind != "rebuild" else set()
-    appended = tuple(i for i in prompt.order if i not in previous_order)
     layers: dict[Layer, list[Item]] = {}
     for item in result.items:
         layers.setdefault(item.layer, []).append(item)
@@ -198,7 +269,7 @@ def record_build(
             decisions=changed,
             retired=retired,
             order_appended=appended,
-            selection_hash=selection_hash(decisions),
+            selection_hash=selection,
             included_count=sum(d.action != "dropped" for d in decisions.values()),
             compression=result.metadata,
             prefix_hash=prompt.prefix_hash,
@@ -219,4 +290,12 @@ def record_build(
         generation=number,
         message=message,
         expected_cached_bytes=expected,
+        stable_prompt=(
+            None
+            if request.purpose
+            else without_tail(
+                prompt,
+                volatile_tail(status=status, recall=recall, latest_user_input=latest_user_input),
+            )
+        ),
     )

@@ -58,6 +58,9 @@ class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
     result: PackResult
     emitted_order: tuple[str, ...]
     reason: str = ""
+    appended: PackResult | None = None
+    """An append's own selection (the new candidates only): what the build records and
+    renders beyond the generation's previous pack."""
 
 
 def _new_candidates(
@@ -164,7 +167,7 @@ def plan_build(
                 budget=budget,
                 overflow=max(0, ctx.used + added.used - budget),
             )
-            return BuildPlan(kind="append", result=result, emitted_order=ctx.order)
+            return BuildPlan(kind="append", result=result, emitted_order=ctx.order, appended=added)
         need = ctx.used + added.used + sum(d.tokens_before - d.tokens_after for d in over)
         reason = f"budget: next pack needs {need} > {budget} tokens"
     target = max(1, int(budget * watermark))

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Annotated, Literal
 
@@ -29,6 +31,10 @@ __all__ = [
     "decision_delta",
     "item_id_for",
     "selection_hash",
+    "selection_matches",
+    "updated_selection_hash",
+    "legacy_selection_hash",
+    "SELECTION_HASH_PREFIX",
 ]
 
 
@@ -94,6 +100,11 @@ def content_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _memo_content_hash(text: str) -> str:
+    return content_hash(text)
+
+
 def item_id_for(layer: Layer, source: Source, content: str) -> str:
     """Content-addressed item id used when the caller gives none."""
     return "it_" + content_hash(f"{int(layer)}\x1f{source.value}\x1f{content}")[:24]
@@ -127,7 +138,8 @@ class Item(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
     @property
     def hash(self) -> str:
-        return content_hash(self.content)
+        """SHA-256 of the content, memoised by content (prompt keys ask for it on every build)."""
+        return _memo_content_hash(self.content)
 
 
 class AgentIdentity(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -253,13 +265,59 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         return self._with("compressed", "clipped")
 
 
+SELECTION_HASH_PREFIX = "sum:"
+"""Marks the order-independent selection hash (a sum of per-decision digests); a hash without
+it is the legacy one (SHA-256 over the decisions sorted by item id), verified as it was."""
+
+_MOD = 1 << 256
+
+
+def _decision_digest(d: Decision) -> int:
+    return int.from_bytes(
+        hashlib.sha256(f"{d.item_id}\x1f{d.action}\x1f{d.tokens_after}".encode()).digest()
+    )
+
+
+def _hash_text(total: int) -> str:
+    return f"{SELECTION_HASH_PREFIX}{total % _MOD:064x}"
+
+
 def selection_hash(decisions: dict[str, Decision]) -> str:
-    """Hash of a whole selection (every candidate's fate), independent of dict order."""
+    """Hash of a whole selection (every candidate's fate), independent of dict order: the sum
+    modulo 2²⁵⁶ of one SHA-256 digest per decision, so a build that changes k decisions
+    updates it in O(k) (:func:`updated_selection_hash`) instead of re-hashing the selection."""
+    return _hash_text(sum(_decision_digest(d) for d in decisions.values()))
+
+
+def updated_selection_hash(
+    previous_hash: str, removed: Iterable[Decision], added: Iterable[Decision]
+) -> str | None:
+    """The selection hash after replacing the *removed* decisions by the *added* ones, from
+    the previous selection's hash; None when *previous_hash* is not an order-independent hash
+    (a legacy ledger: the caller hashes the whole selection once)."""
+    if not previous_hash.startswith(SELECTION_HASH_PREFIX):
+        return None
+    total = int(previous_hash[len(SELECTION_HASH_PREFIX) :], 16)
+    total += sum(_decision_digest(d) for d in added)
+    total -= sum(_decision_digest(d) for d in removed)
+    return _hash_text(total)
+
+
+def legacy_selection_hash(decisions: dict[str, Decision]) -> str:
+    """The hash ledgers recorded before the order-independent one (decisions sorted by id)."""
     h = hashlib.sha256()
     for item_id in sorted(decisions):
         d = decisions[item_id]
         h.update(f"{item_id}\x1f{d.action}\x1f{d.tokens_after}\x1e".encode())
     return h.hexdigest()
+
+
+def selection_matches(decisions: dict[str, Decision], recorded: str) -> bool:
+    """Whether *decisions* hash to the *recorded* selection hash, in the scheme it was
+    recorded with (legacy hashes carry no prefix)."""
+    if recorded.startswith(SELECTION_HASH_PREFIX):
+        return selection_hash(decisions) == recorded
+    return legacy_selection_hash(decisions) == recorded
 
 
 def apply_decision_delta(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Collection, Iterable, Sequence
 
 import msgspec
@@ -16,6 +17,9 @@ __all__ = [
     "Segment",
     "assign_segment",
     "compose",
+    "compose_append",
+    "volatile_tail",
+    "without_tail",
     "render_item",
 ]
 
@@ -99,11 +103,13 @@ def _segment_within(item: Item, static_ids: Collection[str] | None) -> Segment:
     return Segment.GENERATION if seg in (Segment.ROLE, Segment.SESSION) else seg
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def render_item(item: Item) -> str:
     """One item as a self-terminated block: ``### <source> · <files>``, the content, a blank line.
 
     Only the source, the files and the content are rendered: never the id, the agent, the
-    observation time or any other provenance, so equal content renders to equal bytes."""
+    observation time or any other provenance, so equal content renders to equal bytes.
+    Memoised by the item's value: a pure function, and every build renders the items it kept."""
     header = f"### {item.source.value}"
     if item.files:
         header += " · " + ", ".join(f.translate(_HEADER_UNSAFE) for f in item.files)
@@ -138,6 +144,69 @@ def _unique(items: Iterable[Item]) -> list[Item]:
         seen.add(item.id)
         result.append(item)
     return result
+
+
+def volatile_tail(*, status: str = "", recall: str = "", latest_user_input: str = "") -> str:
+    """The end of the VOLATILE segment: the recall group, the status line, the user input."""
+    return (
+        _block(Source.RECALLED_MEMORY.value, recall)
+        + _block("generation status", status)
+        + _block("latest user input", latest_user_input)
+    )
+
+
+def compose_append(
+    previous: PromptParts,
+    added: Iterable[Item],
+    *,
+    status: str = "",
+    recall: str = "",
+    latest_user_input: str = "",
+) -> PromptParts | None:
+    """``compose`` of a within-generation append, in O(added): the previous prompt of the
+    generation (as :func:`compose` made it, with ``static_ids`` frozen) keeps its ROLE, SESSION
+    and GENERATION text and order, and the *added* items follow in GENERATION, sorted as
+    ``compose`` sorts new items. Equal to composing every item again with the previous order
+    and the frozen static part (a property test holds the two equal).
+
+    None when the fast path does not apply: recalled-memory items (VOLATILE, re-sorted with
+    the previous ones) or an id repeated in *added*; the caller composes from scratch."""
+    if previous.segments[Segment.VOLATILE]:
+        return None
+    seen: set[str] = set()
+    pairs: list[tuple[Item, str]] = []
+    for item in added:
+        if item.id in seen or item.source is Source.RECALLED_MEMORY:
+            return None
+        seen.add(item.id)
+        pairs.append((item, render_item(item)))
+    if seen.intersection(previous.order):
+        return None
+    pairs.sort(key=lambda p: _durability_key(*p))
+    segments = dict(previous.segments)
+    segments[Segment.GENERATION] += "".join(block for _, block in pairs)
+    segments[Segment.VOLATILE] = volatile_tail(
+        status=status, recall=recall, latest_user_input=latest_user_input
+    )
+    return PromptParts(
+        static=previous.static,
+        dynamic=segments[Segment.GENERATION] + segments[Segment.VOLATILE],
+        prefix_hash=previous.prefix_hash,
+        segments=segments,
+        order=(*previous.order, *(item.id for item, _ in pairs)),
+    )
+
+
+def without_tail(prompt: PromptParts, tail: str) -> PromptParts:
+    """*prompt* without the VOLATILE *tail* it was composed with (recalled-memory items stay):
+    the previous prompt as :func:`compose` re-derives it for the next build of the generation."""
+    volatile = prompt.segments[Segment.VOLATILE]
+    if tail and volatile.endswith(tail):
+        volatile = volatile[: -len(tail)]
+    segments = {**prompt.segments, Segment.VOLATILE: volatile}
+    return msgspec.structs.replace(
+        prompt, dynamic=segments[Segment.GENERATION] + volatile, segments=segments
+    )
 
 
 def compose(
@@ -193,9 +262,7 @@ def compose(
         Segment.SESSION: "".join(block for _, block in session),
         Segment.GENERATION: "".join(block for _, block in generation),
         Segment.VOLATILE: "".join(block for _, block in recalled)
-        + _block(Source.RECALLED_MEMORY.value, recall)
-        + _block("generation status", status)
-        + _block("latest user input", latest_user_input),
+        + volatile_tail(status=status, recall=recall, latest_user_input=latest_user_input),
     }
     static = segments[Segment.ROLE] + segments[Segment.SESSION]
     return PromptParts(

@@ -24,7 +24,7 @@ from ctxledger.domain.events import (
     TurnFailed,
     TurnSucceeded,
 )
-from ctxledger.domain.model import Decision, Source, apply_decision_delta, selection_hash
+from ctxledger.domain.model import Decision, Source, apply_decision_delta, selection_matches
 from ctxledger.domain.packing import OTHER_STAGE
 
 __all__ = ["RECALL_MAX_BYTES", "RECALL_MAX_ENTRIES", "RECALL_MAX_TOKENS", "Violation", "audit"]
@@ -248,7 +248,7 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                                 ),
                             )
                         )
-                if event.selection_hash and selection_hash(a.decisions) != event.selection_hash:
+                if event.selection_hash and not selection_matches(a.decisions, event.selection_hash):
                     out.append(
                         Violation(
                             position=pos, rule="selection_hash", agent_id=aid, detail=event.pack_id

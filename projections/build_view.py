@@ -139,8 +139,11 @@ def decide_build(
     force_rebuild: str = "",
     group: RecallGroup | None = None,
     latest_user_input: str = "",
+    previous: PromptParts | None = None,
 ) -> BuildRecord:
-    """The whole pure decision of one build: plan it and turn the plan into its outcome events."""
+    """The whole pure decision of one build: plan it and turn the plan into its outcome events.
+    *previous* is ``previous_prompt(view.emitted)`` when the caller kept it from the
+    generation's last build (``BuildRecord.stable_prompt``); None: it is re-derived."""
     plan = plan_view(
         view,
         request,
@@ -158,7 +161,7 @@ def decide_build(
         pack_id=pack_id,
         reserve=reserve,
         verified_ids=view.verified_ids,
-        previous_prompt=previous_prompt(view.emitted),
+        previous_prompt=previous if previous is not None else previous_prompt(view.emitted),
         group=group,
         latest_user_input=latest_user_input,
         force_rebuild=force_rebuild,

@@ -37,6 +37,7 @@ from ctxledger.domain.model import AgentIdentity, Layer, Source
 from ctxledger.domain.request import Scope
 from ctxledger.domain.strategies import strategy_names
 from ctxledger.projections.audit import audit
+from ctxledger.projections.build_view import emitted_context, previous_prompt
 
 SESSION = "restart"
 COUNTER = default_counter()
@@ -208,6 +209,18 @@ class RestartMachine(RuleBasedStateMachine):
         a = [msgspec.json.encode(r.event) for r in self.steady.ledger.read_stream(stream)]
         b = [msgspec.json.encode(r.event) for r in self.restarted.ledger.read_stream(stream)]
         assert a == b
+
+    @invariant()
+    def prompt_memo_is_the_rederived_prompt(self) -> None:
+        """The engine's memo of the generation's last prompt (what an append extends in
+        O(new items)) equals the prompt re-derived from the folded log alone."""
+        for engine in (self.steady, self.restarted):
+            memo = engine._prompts.get(self.agent)
+            gen = engine.agent(self.agent).current if memo else None
+            if memo is None or gen is None or memo[0] != gen.last_pack_id:
+                continue
+            ctx = emitted_context(gen, engine.pool(self.agent))
+            assert memo[1] == previous_prompt(ctx)
 
     def teardown(self) -> None:
         stream = self.steady.ledger.read_stream(stream_id_for(SESSION, self.agent))
