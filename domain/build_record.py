@@ -3,6 +3,7 @@ delta, the ContextPack and the composed prompt. Pure: the same inputs give the s
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Collection
 from typing import Literal
 
@@ -30,6 +31,8 @@ from ctxledger.domain.prompt import (
 )
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.request import BuildRequest
+
+_ACTION = operator.attrgetter("action")
 
 __all__ = [
     "BuildRecord",
@@ -270,7 +273,8 @@ def record_build(
             retired=retired,
             order_appended=appended,
             selection_hash=selection,
-            included_count=sum(d.action != "dropped" for d in decisions.values()),
+            included_count=len(decisions)
+            - operator.countOf(map(_ACTION, decisions.values()), "dropped"),
             compression=result.metadata,
             prefix_hash=prompt.prefix_hash,
             prompt_bytes=len(prompt_bytes),

@@ -8,7 +8,9 @@ does not churn (the seed's hysteresis). See docs/caching.md for the chosen water
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import operator
+from collections.abc import Sequence, Set
 from typing import Literal
 
 import msgspec
@@ -63,19 +65,39 @@ class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
     renders beyond the generation's previous pack."""
 
 
-def _new_candidates(
-    candidates: Sequence[Item], ctx: EmittedContext, keep: frozenset[str]
+_ID = operator.attrgetter("id")
+_PINNED = operator.attrgetter("pinned")
+_MANDATORY = operator.attrgetter("mandatory")
+
+
+def new_candidates(
+    candidates: Sequence[Item], ctx: EmittedContext, keep: frozenset[str], ids: Set[str]
 ) -> list[Item]:
-    """Candidates an append may add: undecided ones, and dropped ones that must be in
-    (pinned, mandatory or kept by the latest-step policy)."""
-    out = []
-    for item in candidates:
-        d = ctx.decisions.get(item.id)
-        if d is None or (
-            d.action == "dropped" and (item.pinned or item.mandatory or item.id in keep)
-        ):
-            out.append(item)
-    return out
+    """Candidates an append may add, in recording order: undecided ones, and dropped ones
+    that must be in (pinned, mandatory or kept by the latest-step policy). *ids* is the set
+    of the candidates' ids.
+
+    Equal to testing every candidate in turn (tests/property/test_incremental_build.py), but
+    the whole-pool passes are set operations and C iterators: Python looks only at the forced
+    candidates and walks back from the newest candidate to the oldest one chosen."""
+    decisions = ctx.decisions
+    chosen = ids.difference(decisions)
+    forced = {*map(_ID, itertools.compress(candidates, map(_PINNED, candidates)))}
+    forced.update(map(_ID, itertools.compress(candidates, map(_MANDATORY, candidates))))
+    for item_id in forced.union(keep):
+        d = decisions.get(item_id)
+        if d is not None and d.action == "dropped" and item_id in ids:
+            chosen.add(item_id)
+    found: list[Item] = []
+    left = len(chosen)
+    for item in reversed(candidates):
+        if not left:
+            break
+        if item.id in chosen:
+            found.append(item)
+            left -= 1
+    found.reverse()
+    return found
 
 
 RECENT_FAILURES = 3
@@ -134,7 +156,8 @@ def plan_build(
             kind="initial", result=_select(request, candidates, counter, budget), emitted_order=()
         )
     emitted = ctx.emitted if ctx is not None else {}
-    present = {c.id for c in candidates}
+    ids = list(map(_ID, candidates))
+    present = set(ids)
     gone = [i for i in emitted if i not in present]
     # A steering note of another stage cannot stay in the prompt when the stage changes.
     off_stage = [i for i, it in emitted.items() if other_stage(it, request.stage_id)]
@@ -145,7 +168,7 @@ def plan_build(
     )
     if not reason and ctx is not None:
         keep = frozenset(request.keep_ids)
-        new = _new_candidates(candidates, ctx, keep)
+        new = new_candidates(candidates, ctx, keep, present)
         room = max(0, budget - ctx.used)
         # A strategy needs a positive budget: with no room left, select against 1 token, so
         # anything new is ``over_budget`` (→ rebuild) and no new items append nothing.

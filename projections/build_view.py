@@ -89,19 +89,27 @@ def previous_prompt(ctx: EmittedContext | None) -> PromptParts | None:
 DECISION_POINT = "decision_point"
 
 
+def _candidates(pool: AgentPool) -> tuple[Item, ...]:
+    """``pool.candidates()``; with nothing removed or verified, the items as they are (a copy
+    in C rather than a Python pass over the pool)."""
+    if not pool.removed and not pool.verified:
+        return tuple(pool.items.values())
+    return tuple(pool.candidates())
+
+
 def build_view(gen: Generation, pool: AgentPool, purpose: str = "") -> BuildView:
     """The view of one agent at the current stream version. A decision point is built on its
     own: as if nothing were emitted (it never appends to or rebuilds the generation)."""
     if purpose == DECISION_POINT:
         return BuildView(
             generation=Generation(number=gen.number),
-            candidates=tuple(pool.candidates()),
+            candidates=_candidates(pool),
             emitted=None,
             verified_ids=frozenset(pool.verified),
         )
     return BuildView(
         generation=gen,
-        candidates=tuple(pool.candidates()),
+        candidates=_candidates(pool),
         emitted=emitted_context(gen, pool),
         verified_ids=frozenset(pool.verified),
     )

@@ -20,7 +20,7 @@ from ctxledger.domain.build_record import (
     final_decisions,
     record_build,
 )
-from ctxledger.domain.generation_policy import BuildPlan, EmittedContext, plan_build
+from ctxledger.domain.generation_policy import BuildPlan, EmittedContext, new_candidates, plan_build
 from ctxledger.domain.model import (
     SELECTION_HASH_PREFIX,
     Decision,
@@ -182,3 +182,41 @@ def test_an_append_records_and_renders_what_the_general_path_does(
         latest_user_input="next?",
     )
     assert appended == general
+
+
+def _new_candidates_one_by_one(
+    candidates: list[Item], ctx: EmittedContext, keep: frozenset[str]
+) -> list[Item]:
+    """The specification of ``new_candidates``: each candidate tested in turn."""
+    out = []
+    for item in candidates:
+        d = ctx.decisions.get(item.id)
+        if d is None or (
+            d.action == "dropped" and (item.pinned or item.mandatory or item.id in keep)
+        ):
+            out.append(item)
+    return out
+
+
+@given(pool=item_pools(max_size=25), extra=extra_items(), data=st.data())
+def test_new_candidates_are_the_ones_tested_one_by_one(
+    pool: list[Item], extra: list[Item], data: st.DataObject
+) -> None:
+    candidates = [*pool, *extra]
+    ids = [c.id for c in candidates]
+    decided = data.draw(st.lists(st.sampled_from(ids), unique=True)) if ids else []
+    decisions = {
+        i: Decision(
+            item_id=i,
+            action=data.draw(st.sampled_from(["included", "dropped", "compressed"])),
+            reason="",
+            tokens_before=1,
+            tokens_after=1,
+        )
+        for i in decided
+    }
+    keep = frozenset(data.draw(st.lists(st.sampled_from([*ids, "not-a-candidate"]), max_size=4)))
+    ctx = EmittedContext(generation=1, decisions=decisions, emitted={}, order=(), used=0)
+    assert new_candidates(candidates, ctx, keep, set(ids)) == _new_candidates_one_by_one(
+        candidates, ctx, keep
+    )
