@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Sequence, Set
+from collections.abc import Sequence
 from typing import Literal
 
 import msgspec
@@ -71,7 +71,7 @@ _MANDATORY = operator.attrgetter("mandatory")
 
 
 def new_candidates(
-    candidates: Sequence[Item], ctx: EmittedContext, keep: frozenset[str], ids: Set[str]
+    candidates: Sequence[Item], ctx: EmittedContext, keep: frozenset[str], ids: set[str]
 ) -> list[Item]:
     """Candidates an append may add, in recording order: undecided ones, and dropped ones
     that must be in (pinned, mandatory or kept by the latest-step policy). *ids* is the set
