@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck imports unit soak bench bench-peers docs-check docs-tables clean
+.PHONY: install demo test lint typecheck imports unit soak bench bench-docs bench-peers docs-check docs-tables clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,9 +51,15 @@ docs-tables: install
 
 # langchain-core is a benchmark-only peer (never a project dependency); without it the peer
 # table says "not installed".
+# `make bench` leaves the checkout as it is (results go to a temporary file it names);
+# `make bench-docs` also writes bench/results.json and regenerates docs/performance.md.
 bench: install
 	-$(BIN)/pip install -q "langchain-core>=0.3" || echo "langchain-core not installed"
 	$(BIN)/python bench/run.py
+
+bench-docs: install
+	-$(BIN)/pip install -q "langchain-core>=0.3" || echo "langchain-core not installed"
+	$(BIN)/python bench/run.py --docs
 
 # Benchmark-only environment for OpenHands' non-LLM condensers (openhands-ai 0.x needs
 # Python >= 3.12; installing it takes several minutes). bench/run.py uses it when present.

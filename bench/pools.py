@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from ctxledger.domain.model import Durability, Item, Layer, Source
@@ -77,8 +78,9 @@ def _content(rng: random.Random, bank: list[str], n: int) -> str:
     return "\n".join(parts)
 
 
-def make_pool(n: int, *, seed: int = 7) -> list[Item]:
-    """*n* items with pre-filled token counts (≈ characters / 4): an objective and a few
+def make_pool(n: int, *, seed: int = 7, count: Callable[[str], int] | None = None) -> list[Item]:
+    """*n* items with pre-filled token counts — *count* of the content (the benchmarks pass
+    tiktoken's, so a budget holds what it says), or ≈ characters / 4 without: an objective and a few
     pinned steering notes, role instructions, then a mix of tool logs, conversation (grouped
     with the next tool log, as a call and its result), code, test results (some failing),
     findings, reports, artifacts with versions, raw history and project memory."""
@@ -98,7 +100,7 @@ def make_pool(n: int, *, seed: int = 7) -> list[Item]:
                 layer=layer,
                 source=source,
                 content=content,
-                token_count=max(1, len(content) // 4),
+                token_count=max(1, count(content) if count else len(content) // 4),
                 task=TASK if rng.random() < 0.5 else "other-task",
                 observed_at=START + timedelta(seconds=k),
                 confidence=rng.random(),

@@ -1,10 +1,12 @@
 """``make bench``: run every benchmark, write bench/results.json, regenerate docs/performance.md.
 
-    .venv/bin/python bench/run.py            # full run (< 15 minutes on the 2-core machine)
+    .venv/bin/python bench/run.py            # full run; results in a temporary file
+    .venv/bin/python bench/run.py --docs     # also bench/results.json + docs/performance.md
     .venv/bin/python bench/run.py --quick    # smoke run at small sizes (about a minute)
-    .venv/bin/python bench/run.py --only build,growth --no-docs
+    .venv/bin/python bench/run.py --only turn,build
 
-Sections: build (latency vs the limit pipeline), ledger (append/replay vs raw sqlite3),
+Sections: turn (record + build + render CPU by history size, over a session, beside
+LangChain's trim_messages), build (latency vs the limit pipeline), ledger (append/replay vs raw sqlite3),
 scale (1M-event replay with peak RSS in a child process), postgres, growth (ledger bytes per
 turn), peers (append-only, LangChain, OpenHands, every strategy), memory (100k-pool build RSS).
 """
@@ -46,10 +48,11 @@ from bench.ledger_io import (  # noqa: E402
 from bench.peers import run_peers  # noqa: E402
 from bench.scale import child_replay, replay_in_child, run_postgres  # noqa: E402
 from bench.timing import peak_rss_mb, rss_mb  # noqa: E402
+from bench.turn import run_turns  # noqa: E402
 
 __all__ = ["FULL", "QUICK", "Config", "main", "run"]
 
-SECTIONS = ("build", "ledger", "scale", "postgres", "growth", "peers", "memory")
+SECTIONS = ("turn", "build", "ledger", "scale", "postgres", "growth", "peers", "memory")
 TRAJECTORIES = ROOT.parent / "shared" / "trajectories"
 
 
@@ -73,6 +76,8 @@ class Config:
     long_steps: int
     peer_budget: int
     memory_pool: int
+    turn_sizes: tuple[int, ...] = (1_000, 10_000, 20_000, 100_000)
+    session_turns: int = 2_000
     trajectories: bool = True
     openhands: bool = True
     scale_tenth: bool = True
@@ -113,6 +118,8 @@ QUICK = Config(
     long_steps=60,
     peer_budget=8_000,
     memory_pool=5_000,
+    turn_sizes=(500, 2_000),
+    session_turns=200,
 )
 
 
@@ -297,6 +304,8 @@ def run(
             }
             log(f"template: {results['template']}")
         steps: list[tuple[str, Callable[[], Any]]] = [
+            ("turn", lambda: run_turns(cfg.turn_sizes, session_turns=cfg.session_turns,
+                                       repeat=cfg.repeat, max_seconds=cfg.max_seconds, log=log)),
             ("build", lambda: run_build_latency(cfg.sizes, cfg.engine_sizes, repeat=cfg.repeat, max_seconds=cfg.max_seconds)),
             ("ledger", lambda: section_ledger(cfg, template, tmp)),
             ("scale", lambda: section_scale(cfg, template, tmp)),
@@ -337,8 +346,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--only", default="", help=f"comma-separated sections of {','.join(SECTIONS)}"
     )
-    parser.add_argument("--no-docs", action="store_true", help="do not touch docs/performance.md")
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results.json"))
+    parser.add_argument(
+        "--docs",
+        action="store_true",
+        help="write bench/results.json and regenerate docs/performance.md (make bench-docs)",
+    )
+    parser.add_argument(
+        "--out", default="", help="results file (default: a temporary file; --docs: bench/)"
+    )
     parser.add_argument(
         "--render", action="store_true", help="only regenerate docs/performance.md from --out"
     )
@@ -353,8 +368,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             parser.error(f"unknown child {kind!r}")
         return 0
+    committed = ROOT / "bench" / "results.json"
     if args.render:
-        stored = json.loads(Path(args.out).read_text(encoding="utf-8"))
+        stored = json.loads(Path(args.out or committed).read_text(encoding="utf-8"))
         report.update_doc(ROOT / "docs" / "performance.md", stored)
         return 0
     sections = tuple(s for s in args.only.split(",") if s) or SECTIONS
@@ -362,11 +378,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown sections {unknown}; choose from {', '.join(SECTIONS)}")
     cfg = QUICK if args.quick else FULL
-    # A quick run never overwrites the committed figures unless asked to.
-    doc = None if args.no_docs or args.quick else ROOT / "docs" / "performance.md"
-    out = Path(args.out)
-    if args.quick and args.out == str(ROOT / "bench" / "results.json"):
-        out = Path(tempfile.gettempdir()) / "ctxledger-bench-quick.json"
+    # Only --docs writes into the checkout (the committed figures and docs/performance.md).
+    docs = args.docs and not args.quick
+    doc = ROOT / "docs" / "performance.md" if docs else None
+    default_out = (
+        committed if docs else Path(tempfile.gettempdir()) / f"ctxledger-bench-{cfg.name}.json"
+    )
+    out = Path(args.out) if args.out else default_out
     results = run(cfg, sections=sections, out=out, doc=doc)
     _log(f"wrote {out}{' and ' + str(doc) if doc else ''} in {results['total_seconds']} s")
     failed = [n for n in sections if isinstance(results.get(n), dict) and "error" in results[n]]

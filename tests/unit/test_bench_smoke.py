@@ -29,8 +29,10 @@ TINY = dataclasses.replace(
     trajectories=False,
     openhands=False,
     scale_tenth=False,
+    turn_sizes=(40, 80),
+    session_turns=12,
 )
-SECTIONS = ("build", "ledger", "scale", "growth", "peers", "memory")
+SECTIONS = ("turn", "build", "ledger", "scale", "growth", "peers", "memory")
 
 
 def test_tiny_run_writes_results_and_regenerates_the_doc(tmp_path: Path) -> None:
