@@ -248,7 +248,9 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                                 ),
                             )
                         )
-                if event.selection_hash and not selection_matches(a.decisions, event.selection_hash):
+                if event.selection_hash and not selection_matches(
+                    a.decisions, event.selection_hash
+                ):
                     out.append(
                         Violation(
                             position=pos, rule="selection_hash", agent_id=aid, detail=event.pack_id
