@@ -13,12 +13,13 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
+import msgspec
 from eventsourcing.persistence import (
     ApplicationRecorder,
     IntegrityError,
@@ -31,12 +32,13 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from ctxledger.domain.codec import decode_event, encode_event
 from ctxledger.domain.errors import ConflictError, CtxLedgerError, StoreURLError
-from ctxledger.domain.events import Event
+from ctxledger.domain.events import EVENT_TYPES, Event
 
 __all__ = [
     "EVENTS_TABLE",
     "Ledger",
     "LedgerUnavailableError",
+    "Page",
     "Recorded",
     "open_ledger",
     "stream_id_for",
@@ -57,6 +59,15 @@ def stream_id_for(session_id: str, agent_id: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class Page:
+    """Events read in one go, oldest first, and the position of the last one: what a replay
+    needs of the stored rows (no stream, version or position per event)."""
+
+    events: list[Event]
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
 class Recorded:
     """An event as stored: its global position, its stream and version in that stream."""
 
@@ -68,6 +79,14 @@ class Recorded:
 
 class _Backend(Protocol):
     recorder: ApplicationRecorder
+
+    def select_rows(
+        self, after: int, upto: int | None, limit: int, *, streams: bool
+    ) -> Sequence[Sequence[Any]]:
+        """Stored rows after position *after* (up to *upto*), oldest first, at most *limit*:
+        ``(position, topic, state)``, or with *streams* ``(position, stream id, version,
+        topic, state)``."""
+        ...
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None: ...
 
@@ -154,23 +173,34 @@ class Ledger:
         position = after
         while remaining is None or remaining > 0:
             page = _PAGE if remaining is None else min(_PAGE, remaining)
-            rows = self._call(
-                self._recorder.select_notifications, position, page, inclusive_of_start=False
-            )
-            if not rows:
-                return
-            for row in rows:
-                yield Recorded(
-                    row.id,
-                    str(row.originator_id),
-                    row.originator_version,
-                    self._decode(row.topic, row.state, row.id),
-                )
-                position = row.id
+            rows = self._call(self._backend.select_rows, position, None, page, streams=True)
+            for pos, stream_id, version, topic, state in rows:
+                yield Recorded(pos, str(stream_id), version, _decode_row(pos, topic, state))
+                position = pos
             if remaining is not None:
                 remaining -= len(rows)
             if len(rows) < page:
                 return
+
+    def read_page(self, *, after: int = 0, limit: int = _PAGE, upto: int | None = None) -> Page:
+        """Up to *limit* events after position *after* (and at most at *upto*), decoded whole:
+        a row that does not decode raises its DecodeError and nothing of the page is
+        returned, so a fold of pages is never partial. No events: ``last`` is *after*."""
+        rows = self._call(self._backend.select_rows, after, upto, limit, streams=False)
+        return Page(_decode_events(rows), rows[-1][0] if rows else after)
+
+    def read_pages(
+        self, *, after: int = 0, upto: int | None = None, page: int = _PAGE
+    ) -> Iterator[Page]:
+        """The log after position *after* (up to *upto*) in pages of at most *page* events:
+        the replay path (see ``read_page``)."""
+        while True:
+            found = self.read_page(after=after, limit=page, upto=upto)
+            if found.events:
+                yield found
+            if len(found.events) < page:
+                return
+            after = found.last
 
     def follow(
         self,
@@ -231,6 +261,51 @@ class Ledger:
             raise LedgerUnavailableError(f"{self.url}: {exc}") from exc
 
 
+# --- decoding stored rows ---------------------------------------------------------------------
+
+_FAST_DECODERS: dict[str, Callable[[bytes], Any]] = {
+    f"{name}.v{cls.schema_version}": msgspec.json.Decoder(cls).decode
+    for name, cls in EVENT_TYPES.items()
+}
+"""One msgspec decoder per topic of the current schema (``decode_event`` parses the topic and
+looks its decoder up per row)."""
+_FAST_MAX_BYTES = 1 << 20
+"""Larger payloads take ``decode_event``, which enforces the payload size limit."""
+
+
+def _decode_row(position: int, topic: Any, state: Any) -> Event:
+    """One stored row's event. A current-schema topic decodes with its cached decoder; any
+    other topic (an old version to upcast, an unknown or future one) and every failure go
+    through ``decode_event``, which upcasts or raises the typed DecodeError with the position."""
+    decode = _FAST_DECODERS.get(topic)
+    if decode is not None and len(state) <= _FAST_MAX_BYTES:
+        try:
+            event: Event = decode(state)
+        except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
+            pass
+        else:
+            return event
+    return decode_event(topic, bytes(state), position=position)
+
+
+def _decode_events(rows: Sequence[Sequence[Any]]) -> list[Event]:
+    """The events of ``(position, topic, state)`` rows (``_decode_row`` inlined for the common
+    case: this loop runs once per event of a replay)."""
+    fast = _FAST_DECODERS
+    events: list[Event] = []
+    append = events.append
+    for position, topic, state in rows:
+        decode = fast.get(topic)
+        if decode is not None and len(state) <= _FAST_MAX_BYTES:
+            try:
+                append(decode(state))
+                continue
+            except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
+                pass
+        append(decode_event(topic, bytes(state), position=position))
+    return events
+
+
 # --- backends ---------------------------------------------------------------------------------
 
 
@@ -239,6 +314,14 @@ class _MemoryBackend:
         self.recorder: ApplicationRecorder = POPOApplicationRecorder()
         self._projections: dict[str, tuple[int, bytes]] = {}
         self._lock = threading.Lock()
+
+    def select_rows(
+        self, after: int, upto: int | None, limit: int, *, streams: bool
+    ) -> list[tuple[Any, ...]]:
+        rows = self.recorder.select_notifications(after, limit, upto, inclusive_of_start=False)
+        if streams:
+            return [(r.id, r.originator_id, r.originator_version, r.topic, r.state) for r in rows]
+        return [(r.id, r.topic, r.state) for r in rows]
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
         with self._lock:
@@ -268,6 +351,28 @@ class _SQLiteBackend:
                 f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
                 "name TEXT PRIMARY KEY, position INTEGER NOT NULL, state BLOB NOT NULL)"
             )
+
+    def select_rows(
+        self, after: int, upto: int | None, limit: int, *, streams: bool
+    ) -> list[tuple[Any, ...]]:
+        """Straight from eventsourcing's table (its notification id is the rowid), as plain
+        tuples: no Notification per row."""
+        columns = (
+            "rowid, originator_id, originator_version, topic, state"
+            if streams
+            else ("rowid, topic, state")
+        )
+        sql = f"SELECT {columns} FROM {EVENTS_TABLE} WHERE rowid>?"
+        params: tuple[int, ...] = (after,)
+        if upto is not None:
+            sql += " AND rowid<=?"
+            params += (upto,)
+        with self.datastore.transaction(commit=False) as c:
+            cursor = c.sqlite_cursor
+            cursor.row_factory = None  # tuples, not sqlite3.Row
+            cursor.execute(f"{sql} ORDER BY rowid LIMIT ?", (*params, limit))
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
         with self.datastore.transaction(commit=False) as c:
@@ -335,6 +440,31 @@ class _PostgresBackend:
         self.recorder: ApplicationRecorder = recorder
         self._channel = recorder.channel_name
         self._listener: Any = None
+
+    def select_rows(
+        self, after: int, upto: int | None, limit: int, *, streams: bool
+    ) -> list[tuple[Any, ...]]:
+        """Straight from eventsourcing's table, as plain tuples: no Notification per row."""
+        from psycopg.rows import tuple_row
+        from psycopg.sql import SQL, Identifier
+
+        columns = (
+            "notification_id, originator_id, originator_version, topic, state"
+            if (streams)
+            else "notification_id, topic, state"
+        )
+        sql = f"SELECT {columns} FROM {{schema}}.{{table}} WHERE notification_id > %s"
+        params: tuple[int, ...] = (after,)
+        if upto is not None:
+            sql += " AND notification_id <= %s"
+            params += (upto,)
+        statement = SQL(sql + " ORDER BY notification_id LIMIT %s").format(
+            schema=Identifier(self.datastore.schema), table=Identifier(EVENTS_TABLE)
+        )
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(statement, (*params, limit), prepare=True)
+            rows: list[tuple[Any, ...]] = cur.fetchall()
+        return rows
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
         with self.datastore.transaction(commit=False) as c:

@@ -95,13 +95,14 @@ def _history(n: int, repeat: int, max_seconds: float, log: Callable[[str], None]
         )
         kinds = engine.agent(AGENT).current.builds
         engine.close()
+    turn_stats, floor_stats = stats(samples["turn"]), stats(samples["floor"])
     out = {
         "items": n,
-        "turn": stats(samples["turn"]),
-        "floor": stats(samples["floor"]),
+        "turn": turn_stats,
+        "floor": floor_stats,
         "builds_in_generation": kinds,
     }
-    log(f"turn at {n} items: {out['turn']['p50']} ms CPU (floor {out['floor']['p50']})")
+    log(f"turn at {n} items: {turn_stats['p50']} ms CPU (floor {floor_stats['p50']})")
     return out
 
 

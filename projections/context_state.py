@@ -31,8 +31,15 @@ from ctxledger.domain.events import (
     TurnFailed,
     TurnSucceeded,
 )
+from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed
 
-__all__ = ["ContextState", "ContextStates", "evolve_context_state", "evolve_context_states"]
+__all__ = [
+    "ContextState",
+    "ContextStates",
+    "ContextStatesBatch",
+    "evolve_context_state",
+    "evolve_context_states",
+]
 
 
 class ContextState(msgspec.Struct, frozen=True, kw_only=True):
@@ -120,3 +127,69 @@ def evolve_context_states(states: ContextStates, event: Event) -> ContextStates:
     if updated is current and building is states.building:
         return states
     return ContextStates(by_agent={**states.by_agent, agent_id: updated}, building=building)
+
+
+# --- batch fold ------------------------------------------------------------------------------
+
+
+class _StateDraft:
+    """One agent's ContextState during a batch: built pack ids appended to a list (the pure
+    fold copies the whole tuple per build)."""
+
+    __slots__ = ("building_in_progress", "built", "interrupted")
+
+    def __init__(self, state: ContextState) -> None:
+        self.built = Additions(state.built_pack_ids)
+        self.building_in_progress = state.building_in_progress
+        self.interrupted = state.interrupted
+
+    def freeze(self) -> ContextState:
+        return ContextState(
+            built_pack_ids=self.built.freeze(),
+            building_in_progress=self.building_in_progress,
+            interrupted=self.interrupted,
+        )
+
+
+class ContextStatesBatch:
+    """``evolve_context_states`` over a batch of events (see ``projections.drafts``)."""
+
+    def __init__(self, state: ContextStates) -> None:
+        self.agents = AgentDrafts(state.by_agent, _StateDraft, ContextState)
+        self.building = Thawed(state.building)
+
+    def handlers(self) -> Handlers:
+        return {
+            ContextBuildingStarted: self.started,
+            ContextPackBuilt: self.built,
+            ContextBuildingFailed: self.failed,
+            ContextBuildingInterrupted: self.interrupted,
+        }
+
+    def freeze(self) -> ContextStates:
+        return ContextStates(
+            by_agent=self.agents.freeze(_StateDraft.freeze), building=self.building.current
+        )
+
+    def _finished(self, agent_id: str) -> _StateDraft:
+        """The agent's build is over: no longer in flight."""
+        if agent_id in self.building.current:
+            del self.building.edit()[agent_id]
+        draft = self.agents.put(agent_id)
+        draft.building_in_progress = False
+        return draft
+
+    def started(self, event: ContextBuildingStarted) -> None:
+        self.building.edit()[event.agent_id] = event.pack_id
+        self.agents.put(event.agent_id).building_in_progress = True
+
+    def built(self, event: ContextPackBuilt) -> None:
+        draft = self._finished(event.agent_id)
+        draft.built.append(event.pack_id)
+        draft.interrupted = False
+
+    def failed(self, event: ContextBuildingFailed) -> None:
+        self._finished(event.agent_id).interrupted = False
+
+    def interrupted(self, event: ContextBuildingInterrupted) -> None:
+        self._finished(event.agent_id).interrupted = True

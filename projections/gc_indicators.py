@@ -32,8 +32,9 @@ from ctxledger.domain.events import (
     TurnSucceeded,
 )
 from ctxledger.domain.model import Layer, Source
+from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed
 
-__all__ = ["AgentIndicators", "GcIndicators", "evolve_gc_indicators"]
+__all__ = ["AgentIndicators", "GcIndicators", "GcIndicatorsBatch", "evolve_gc_indicators"]
 
 _TRANSCRIPT = (Source.CONVERSATION, Source.TOOL_LOG, Source.EVENT_HISTORY)
 _PROGRESS = (Source.WORKER_FINDING, Source.VERIFIED_FACT, Source.PARENT_REPORT)
@@ -165,3 +166,125 @@ def evolve_gc_indicators(state: GcIndicators, event: Event) -> GcIndicators:
             return state
         case _:
             assert_never(event)
+
+
+# --- batch fold ------------------------------------------------------------------------------
+
+
+def _count(counts: Thawed[str, int], key: str) -> None:
+    counts.edit()[key] = counts.current.get(key, 0) + 1
+
+
+class _IndicatorsDraft:
+    """One agent's indicators during a batch; the signature and phase counts are copied on
+    their first change (the pure fold copies them per recording)."""
+
+    __slots__ = (
+        "builds_since_progress",
+        "failed_signatures",
+        "obsolete_phase_items",
+        "phase",
+        "phases",
+        "recorded_tokens",
+        "repeated_failed_edits",
+        "repeated_tool_signatures",
+        "signatures",
+        "transcript_tokens",
+        "utilization",
+    )
+
+    def __init__(self, a: AgentIndicators) -> None:
+        self.utilization = a.utilization
+        self.repeated_tool_signatures = a.repeated_tool_signatures
+        self.repeated_failed_edits = a.repeated_failed_edits
+        self.builds_since_progress = a.builds_since_progress
+        self.obsolete_phase_items = a.obsolete_phase_items
+        self.transcript_tokens = a.transcript_tokens
+        self.recorded_tokens = a.recorded_tokens
+        self.phase = a.phase
+        self.signatures = Thawed(a.signatures)
+        self.failed_signatures = Thawed(a.failed_signatures)
+        self.phases = Thawed(a.phases)
+
+    def freeze(self) -> AgentIndicators:
+        return AgentIndicators(
+            utilization=self.utilization,
+            repeated_tool_signatures=self.repeated_tool_signatures,
+            repeated_failed_edits=self.repeated_failed_edits,
+            builds_since_progress=self.builds_since_progress,
+            obsolete_phase_items=self.obsolete_phase_items,
+            transcript_tokens=self.transcript_tokens,
+            recorded_tokens=self.recorded_tokens,
+            phase=self.phase,
+            signatures=self.signatures.current,
+            failed_signatures=self.failed_signatures.current,
+            phases=self.phases.current,
+        )
+
+
+class GcIndicatorsBatch:
+    """``evolve_gc_indicators`` over a batch of events (see ``projections.drafts``)."""
+
+    def __init__(self, state: GcIndicators) -> None:
+        self.agents = AgentDrafts(state.by_agent, _IndicatorsDraft, AgentIndicators)
+
+    def handlers(self) -> Handlers:
+        return {
+            ItemRecorded: self.item_recorded,
+            ContextPackBuilt: self.pack_built,
+            GenerationRefreshed: self.generation_refreshed,
+            ContextBuildingStarted: self.building_started,
+            FindingVerified: self.finding_verified,
+        }
+
+    def freeze(self) -> GcIndicators:
+        return GcIndicators(by_agent=self.agents.freeze(_IndicatorsDraft.freeze))
+
+    def item_recorded(self, event: ItemRecorded) -> None:
+        a = self.agents.put(event.agent_id)
+        item = event.item
+        sig = item.tool_signature
+        if sig:
+            a.repeated_tool_signatures += sig in a.signatures.current
+            _count(a.signatures, sig)
+            if item.failure:
+                a.repeated_failed_edits += sig in a.failed_signatures.current
+                _count(a.failed_signatures, sig)
+        if item.phase:
+            _count(a.phases, item.phase)
+        a.obsolete_phase_items = _obsolete(a.phases.current, a.phase)
+        tokens = item.token_count
+        a.recorded_tokens += tokens
+        if item.source in _TRANSCRIPT or item.layer == Layer.L4:
+            a.transcript_tokens += tokens
+        if item.source in _PROGRESS:
+            a.builds_since_progress = 0
+
+    def pack_built(self, event: ContextPackBuilt) -> None:
+        a = self.agents.put(event.agent_id)
+        a.utilization = event.budget_used / event.budget_limit if event.budget_limit else 0.0
+        a.builds_since_progress += 1
+
+    def _enter_phase(self, agent_id: str, phase: str) -> None:
+        """``_enter_phase`` in place."""
+        if not phase:
+            return
+        a = self.agents.get(agent_id)
+        if a is None:
+            a = self.agents.put(agent_id)  # a new agent's phase is "", so *phase* is new
+        elif phase == a.phase:
+            return
+        a.phase = phase
+        a.obsolete_phase_items = _obsolete(a.phases.current, phase)
+
+    def generation_refreshed(self, event: GenerationRefreshed) -> None:
+        self._enter_phase(event.agent_id, event.phase)
+
+    def building_started(self, event: ContextBuildingStarted) -> None:
+        request = event.request
+        self._enter_phase(event.agent_id, request.phase if request is not None else "")
+
+    def finding_verified(self, event: FindingVerified) -> None:
+        a = self.agents.get(event.agent_id)
+        if a is not None:
+            a.builds_since_progress = 0

@@ -31,11 +31,12 @@ from ctxledger.domain.events import (
     TurnFailed,
     TurnSucceeded,
 )
-from ctxledger.domain.model import AgentIdentity, Generation, apply_decision_delta
+from ctxledger.domain.model import AgentIdentity, Decision, Generation, apply_decision_delta
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.settings import AgentSettings
+from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed
 
-__all__ = ["AgentGenerations", "Generations", "evolve_generations"]
+__all__ = ["AgentGenerations", "Generations", "GenerationsBatch", "evolve_generations"]
 
 
 class AgentGenerations(msgspec.Struct, frozen=True, kw_only=True):
@@ -207,3 +208,182 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
             return state
         case _:
             assert_never(event)
+
+
+# --- batch fold ------------------------------------------------------------------------------
+
+
+class _AgentDraft:
+    """One agent during a batch. The current generation's scalars live in ``current`` (a
+    frozen Generation replaced per build, cheap); its growing parts — the decisions and the
+    order, copied per build by the pure fold — are edited in place and joined to it once, when
+    the generation closes or the batch ends."""
+
+    __slots__ = (
+        "agent",
+        "closed",
+        "current",
+        "decisions",
+        "last_request",
+        "order",
+        "refresh_streak",
+        "scope",
+        "settings",
+        "window",
+    )
+
+    def __init__(self, ag: AgentGenerations) -> None:
+        self.agent = ag.agent
+        self.closed = Additions(ag.generations[:-1])
+        self._open(ag.generations[-1])
+        self.settings = ag.settings
+        self.last_request = ag.last_request
+        self.scope = ag.scope
+        self.refresh_streak = ag.refresh_streak
+        self.window = ag.window
+
+    def _open(self, gen: Generation) -> None:
+        self.current = gen
+        self.decisions: Thawed[str, Decision] = Thawed(gen.decisions)
+        self.order: list[str] | None = None
+        """The current generation's order once this batch changed it (None: unchanged)."""
+
+    def built(self, event: ContextPackBuilt) -> None:
+        """A pack of the current generation: ``apply_decision_delta`` and ``_next_order`` in
+        place."""
+        decisions = self.decisions.edit()
+        for item_id in event.retired:
+            decisions.pop(item_id, None)
+        for d in event.decisions:
+            decisions[d.item_id] = d
+        if event.retired or event.order_appended:
+            order = self.order if self.order is not None else list(self.current.order)
+            if event.retired:
+                gone = set(event.retired)
+                order = [i for i in order if i not in gone]
+            order.extend(event.order_appended)
+            self.order = order
+
+    def current_generation(self) -> Generation:
+        """The current generation with its decisions and order as of now."""
+        gen = self.current
+        order = gen.order if self.order is None else tuple(self.order)
+        if self.decisions.current is gen.decisions and order is gen.order:
+            return gen
+        return msgspec.structs.replace(gen, decisions=self.decisions.current, order=order)
+
+    def start(self, gen: Generation) -> None:
+        """Close the current generation and open *gen*."""
+        self.closed.append(self.current_generation())
+        self._open(gen)
+
+    def freeze(self) -> AgentGenerations:
+        return AgentGenerations(
+            agent=self.agent,
+            generations=(*self.closed.freeze(), self.current_generation()),
+            settings=self.settings,
+            last_request=self.last_request,
+            scope=self.scope,
+            refresh_streak=self.refresh_streak,
+            window=self.window,
+        )
+
+
+class GenerationsBatch:
+    """``evolve_generations`` over a batch of events (see ``projections.drafts``)."""
+
+    def __init__(self, state: Generations) -> None:
+        self.agents = AgentDrafts(state.by_agent, _AgentDraft)
+
+    def handlers(self) -> Handlers:
+        return {
+            AgentRegistered: self.registered,
+            AgentConfigured: self.configured,
+            ContextBuildingStarted: self.building_started,
+            CacheUsageRecorded: self.usage,
+            TurnSucceeded: self.turn_succeeded,
+            ContextPackBuilt: self.pack_built,
+            GenerationRefreshed: self.refreshed,
+        }
+
+    def freeze(self) -> Generations:
+        return Generations(by_agent=self.agents.freeze(_AgentDraft.freeze))
+
+    def registered(self, event: AgentRegistered) -> None:
+        agent = event.agent
+        if self.agents.get(agent.agent_id) is None:
+            first = Generation(number=1, kind="initial", budget=agent.budget)
+            self.agents.add(agent.agent_id, AgentGenerations(agent=agent, generations=(first,)))
+
+    def configured(self, event: AgentConfigured) -> None:
+        ag = self.agents.get(event.agent_id)
+        if ag is not None:
+            if event.settings.budget != ag.settings.budget:
+                ag.window = 0
+            ag.settings = event.settings
+
+    def building_started(self, event: ContextBuildingStarted) -> None:
+        if event.request is not None:
+            ag = self.agents.get(event.agent_id)
+            if ag is not None:
+                ag.last_request = event.request
+
+    def usage(self, event: CacheUsageRecorded) -> None:
+        ag = self.agents.get(event.agent_id)
+        if ag is None:
+            return
+        sent = event.input_tokens + event.cache_read_tokens + event.cache_write_tokens
+        if ag.window and sent > ag.window:
+            ag.window = 0
+        ag.refresh_streak = 0
+
+    def turn_succeeded(self, event: TurnSucceeded) -> None:
+        ag = self.agents.get(event.agent_id)
+        if ag is not None:
+            ag.refresh_streak = 0
+
+    def pack_built(self, event: ContextPackBuilt) -> None:
+        ag = self.agents.get(event.agent_id)
+        if ag is None or event.generation != ag.current.number:
+            return
+        cur = ag.current
+        if event.purpose == "decision_point":  # a view of its own: the prompt is unchanged
+            ag.current = msgspec.structs.replace(cur, decision_points=cur.decision_points + 1)
+            return
+        ag.current = msgspec.structs.replace(
+            cur,
+            strategy=event.strategy,
+            budget=event.budget_limit,
+            tokens_used=event.budget_used,
+            reserved=event.reserved,
+            overflow=event.overflow,
+            builds=cur.builds + 1,
+            last_pack_id=event.pack_id,
+            selection_hash=event.selection_hash,
+            prompt_bytes=event.prompt_bytes,
+            expected_cached_bytes=event.expected_cached_bytes,
+        )
+        ag.built(event)
+        if cur.builds == 0:  # the generation's first pack fixes its scope
+            ag.scope = ag.last_request.scope if ag.last_request is not None else Scope()
+
+    def refreshed(self, event: GenerationRefreshed) -> None:
+        ag = self.agents.get(event.agent_id)
+        if ag is None:
+            return
+        ag.start(
+            Generation(
+                number=event.to_generation,
+                kind=event.kind,
+                reason=event.reason,
+                trigger=event.trigger,
+                phase=event.phase,
+                strategy=event.strategy,
+                budget=event.budget,
+            )
+        )
+        if event.kind == "refresh":
+            ag.refresh_streak += 1
+            if event.trigger == "context_limit" and event.budget:
+                ag.window = event.budget
+        ag.scope = Scope()

@@ -37,6 +37,7 @@ from ctxledger.domain.events import (
 from ctxledger.domain.model import AgentIdentity, Decision, Generation, Item
 from ctxledger.domain.settings import AgentSettings
 from ctxledger.projections.context_state import ContextStates
+from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers
 from ctxledger.projections.gc_indicators import AgentIndicators, GcIndicators
 from ctxledger.projections.generations import Generations
 from ctxledger.projections.pool import AgentPool, Pool, verified_form
@@ -45,6 +46,7 @@ __all__ = [
     "Control",
     "ContextView",
     "GenerationDiff",
+    "InspectorBatch",
     "InspectorState",
     "ItemView",
     "ViewModels",
@@ -81,37 +83,69 @@ def _with_control(state: InspectorState, agent_id: str, control: Control) -> Ins
     return InspectorState(by_agent={**state.by_agent, agent_id: new})
 
 
+_ControlEvent = (
+    ItemPinned
+    | ItemUnpinned
+    | ItemRemoved
+    | FindingVerified
+    | MemoryPromoted
+    | GenerationRefreshed
+    | AgentConfigured
+)
+"""The events that add a control to their agent's history."""
+
+
+def _control(event: _ControlEvent) -> Control:
+    """The control *event* adds to its agent's history."""
+    match event:
+        case ItemPinned(item_id=i, by=by):
+            return Control(at=event.at, kind="pin", target=i, detail=by)
+        case ItemUnpinned(item_id=i, by=by):
+            return Control(at=event.at, kind="unpin", target=i, detail=by)
+        case ItemRemoved(item_id=i, reason=r):
+            return Control(at=event.at, kind="remove", target=i, detail=r)
+        case FindingVerified(item_id=i, by=by):
+            return Control(at=event.at, kind="verify", target=i, detail=by)
+        case MemoryPromoted(item_id=i, memory_id=m):
+            return Control(at=event.at, kind="promote", target=i, detail=m)
+        case GenerationRefreshed():
+            detail = f"{event.from_generation} → {event.to_generation}: {event.reason}"
+            return Control(at=event.at, kind=f"{event.kind}:{event.trigger}", detail=detail)
+        case AgentConfigured(settings=cfg, by=by):
+            detail = f"strategy {cfg.strategy} · budget {cfg.budget or 'identity'}" + (
+                f" · by {by}" if by else ""
+            )
+            return Control(at=event.at, kind="configure", detail=detail)
+        case _:
+            assert_never(event)
+
+
+def _turn_error(event: TurnFailed) -> str:
+    """The agent's last turn error as the inspector shows it (at most 300 characters)."""
+    text = f"{event.error_class}: {event.provider} {event.code} {event.message}".strip()
+    return text[:300]
+
+
 def evolve_inspector(state: InspectorState, event: Event) -> InspectorState:
     """Fold one event."""
     match event:
-        case ItemPinned(agent_id=a, item_id=i, by=by):
-            return _with_control(state, a, Control(at=event.at, kind="pin", target=i, detail=by))
-        case ItemUnpinned(agent_id=a, item_id=i, by=by):
-            return _with_control(state, a, Control(at=event.at, kind="unpin", target=i, detail=by))
-        case ItemRemoved(agent_id=a, item_id=i, reason=r):
-            return _with_control(state, a, Control(at=event.at, kind="remove", target=i, detail=r))
-        case FindingVerified(agent_id=a, item_id=i, by=by):
-            return _with_control(state, a, Control(at=event.at, kind="verify", target=i, detail=by))
-        case MemoryPromoted(agent_id=a, item_id=i, memory_id=m):
-            return _with_control(state, a, Control(at=event.at, kind="promote", target=i, detail=m))
-        case GenerationRefreshed(agent_id=a):
-            detail = f"{event.from_generation} → {event.to_generation}: {event.reason}"
-            return _with_control(
-                state, a, Control(at=event.at, kind=f"{event.kind}:{event.trigger}", detail=detail)
-            )
+        case (
+            ItemPinned()
+            | ItemUnpinned()
+            | ItemRemoved()
+            | FindingVerified()
+            | MemoryPromoted()
+            | GenerationRefreshed()
+            | AgentConfigured()
+        ):
+            return _with_control(state, event.agent_id, _control(event))
         case RecallRendered(agent_id=a):
             cur = state.by_agent.get(a, AgentInspector())
             new = msgspec.structs.replace(cur, recall=event)
             return InspectorState(by_agent={**state.by_agent, a: new})
-        case AgentConfigured(agent_id=a, settings=cfg, by=by):
-            detail = f"strategy {cfg.strategy} · budget {cfg.budget or 'identity'}" + (
-                f" · by {by}" if by else ""
-            )
-            return _with_control(state, a, Control(at=event.at, kind="configure", detail=detail))
         case TurnFailed(agent_id=a):
             cur = state.by_agent.get(a, AgentInspector())
-            text = f"{event.error_class}: {event.provider} {event.code} {event.message}".strip()
-            new = msgspec.structs.replace(cur, last_turn_error=text[:300])
+            new = msgspec.structs.replace(cur, last_turn_error=_turn_error(event))
             return InspectorState(by_agent={**state.by_agent, a: new})
         case (
             AgentRegistered()
@@ -131,6 +165,61 @@ def evolve_inspector(state: InspectorState, event: Event) -> InspectorState:
             return state
         case _:
             assert_never(event)
+
+
+# --- batch fold ------------------------------------------------------------------------------
+
+
+class _InspectorDraft:
+    """One agent's inspector state during a batch: controls appended to a list (the pure fold
+    copies the whole history per control)."""
+
+    __slots__ = ("controls", "last_turn_error", "recall")
+
+    def __init__(self, a: AgentInspector) -> None:
+        self.controls = Additions(a.controls)
+        self.recall = a.recall
+        self.last_turn_error = a.last_turn_error
+
+    def freeze(self) -> AgentInspector:
+        return AgentInspector(
+            controls=self.controls.freeze(),
+            recall=self.recall,
+            last_turn_error=self.last_turn_error,
+        )
+
+
+class InspectorBatch:
+    """``evolve_inspector`` over a batch of events (see ``projections.drafts``)."""
+
+    def __init__(self, state: InspectorState) -> None:
+        self.agents = AgentDrafts(state.by_agent, _InspectorDraft, AgentInspector)
+
+    def handlers(self) -> Handlers:
+        control = self.control
+        return {
+            ItemPinned: control,
+            ItemUnpinned: control,
+            ItemRemoved: control,
+            FindingVerified: control,
+            MemoryPromoted: control,
+            GenerationRefreshed: control,
+            AgentConfigured: control,
+            RecallRendered: self.recall_rendered,
+            TurnFailed: self.turn_failed,
+        }
+
+    def freeze(self) -> InspectorState:
+        return InspectorState(by_agent=self.agents.freeze(_InspectorDraft.freeze))
+
+    def control(self, event: _ControlEvent) -> None:
+        self.agents.put(event.agent_id).controls.append(_control(event))
+
+    def recall_rendered(self, event: RecallRendered) -> None:
+        self.agents.put(event.agent_id).recall = event
+
+    def turn_failed(self, event: TurnFailed) -> None:
+        self.agents.put(event.agent_id).last_turn_error = _turn_error(event)
 
 
 # --- views ------------------------------------------------------------------------------------

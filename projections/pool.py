@@ -33,8 +33,9 @@ from ctxledger.domain.events import (
     TurnSucceeded,
 )
 from ctxledger.domain.model import Item, Source
+from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed
 
-__all__ = ["AgentPool", "Pool", "evolve_pool", "steering_form", "verified_form"]
+__all__ = ["AgentPool", "Pool", "PoolBatch", "evolve_pool", "steering_form", "verified_form"]
 
 _VERIFIABLE = (Source.WORKER_FINDING, Source.UNVERIFIED_HYPOTHESIS, Source.VERIFIED_FACT)
 
@@ -195,3 +196,143 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             return state
         case _:
             assert_never(event)
+
+
+# --- batch fold ------------------------------------------------------------------------------
+
+
+class _PoolDraft:
+    """One agent's pool during a batch. Its dicts are copied on their first change, so an
+    agent recording thousands of items copies ``items``/``seq``/``seen`` once per batch
+    instead of once per item (the pure fold is quadratic in one agent's recordings). Those
+    three change together on every recording, so they are copied together."""
+
+    __slots__ = (
+        "_recordings_copied",
+        "built_upto",
+        "items",
+        "recorded",
+        "removed",
+        "seen",
+        "seq",
+        "verified",
+    )
+
+    def __init__(self, pool: AgentPool) -> None:
+        self.items = pool.items
+        self.seq = pool.seq
+        self.seen = pool.seen
+        self._recordings_copied = False
+        self.verified = Thawed(pool.verified)
+        self.removed = Thawed(pool.removed)
+        self.recorded = pool.recorded
+        self.built_upto = pool.built_upto
+
+    def edit_items(self) -> dict[str, Item]:
+        """``items``, ``seq`` and ``seen`` made this batch's own; returns ``items``."""
+        if not self._recordings_copied:
+            self.items = dict(self.items)
+            self.seq = dict(self.seq)
+            self.seen = dict(self.seen)
+            self._recordings_copied = True
+        return self.items
+
+    def record(self, item: Item) -> None:
+        """``_record`` in place."""
+        item_id = item.id
+        items = self.edit_items()
+        n = self.recorded = self.recorded + 1
+        seen = self.seen
+        seen[item_id] = seen.get(item_id, 0) + 1
+        if item_id not in items:
+            items[item_id] = item
+            self.seq[item_id] = n
+        elif item_id in self.removed.current:  # observed again after removal: it is back
+            del self.removed.edit()[item_id]
+
+    def freeze(self) -> AgentPool:
+        return AgentPool(
+            items=self.items,
+            verified=self.verified.current,
+            seq=self.seq,
+            seen=self.seen,
+            removed=self.removed.current,
+            recorded=self.recorded,
+            built_upto=self.built_upto,
+        )
+
+
+class PoolBatch:
+    """``evolve_pool`` over a batch of events (see ``projections.drafts``)."""
+
+    def __init__(self, state: Pool) -> None:
+        self.agents = AgentDrafts(state.by_agent, _PoolDraft, AgentPool)
+
+    def handlers(self) -> Handlers:
+        return {
+            ItemRecorded: self.item_recorded,
+            SteeringNoteAdded: self.steering_note_added,
+            ItemPinned: self.item_pinned,
+            ItemUnpinned: self.item_unpinned,
+            ItemRemoved: self.item_removed,
+            FindingVerified: self.finding_verified,
+            ContextPackBuilt: self.pack_built,
+            GenerationRefreshed: self.generation_refreshed,
+        }
+
+    def freeze(self) -> Pool:
+        return Pool(by_agent=self.agents.freeze(_PoolDraft.freeze))
+
+    def _holding(self, agent_id: str, item_id: str) -> _PoolDraft | None:
+        """The agent's draft if its pool holds *item_id* (events about other items are no-ops)."""
+        pool = self.agents.get(agent_id)
+        return pool if pool is not None and item_id in pool.items else None
+
+    def item_recorded(self, event: ItemRecorded) -> None:
+        item = event.item
+        if item.source is Source.STEERING_NOTE:
+            item = steering_form(item)
+        self.agents.put(event.agent_id).record(item)
+
+    def steering_note_added(self, event: SteeringNoteAdded) -> None:
+        self.agents.put(event.agent_id).record(steering_form(event.item))
+
+    def _set_pinned(self, agent_id: str, item_id: str, pinned: bool) -> None:
+        pool = self._holding(agent_id, item_id)
+        if pool is not None:
+            items = pool.edit_items()
+            items[item_id] = msgspec.structs.replace(items[item_id], pinned=pinned)
+
+    def item_pinned(self, event: ItemPinned) -> None:
+        self._set_pinned(event.agent_id, event.item_id, True)
+
+    def item_unpinned(self, event: ItemUnpinned) -> None:
+        self._set_pinned(event.agent_id, event.item_id, False)
+
+    def item_removed(self, event: ItemRemoved) -> None:
+        pool = self._holding(event.agent_id, event.item_id)
+        if pool is not None:
+            pool.removed.edit()[event.item_id] = event.reason or "removed"
+
+    def finding_verified(self, event: FindingVerified) -> None:
+        pool = self._holding(event.agent_id, event.item_id)
+        if pool is not None and pool.items[event.item_id].source != Source.RECALLED_MEMORY:
+            pool.verified.edit()[event.item_id] = True
+
+    def pack_built(self, event: ContextPackBuilt) -> None:
+        pool = self.agents.get(event.agent_id)
+        if pool is not None and not event.purpose:
+            pool.built_upto = pool.recorded
+
+    def generation_refreshed(self, event: GenerationRefreshed) -> None:
+        if event.kind != "refresh" or not event.dropped:
+            return
+        pool = self.agents.get(event.agent_id)
+        if pool is None:
+            return
+        items = pool.items
+        dropped = [item_id for item_id in event.dropped if item_id in items]
+        if dropped:
+            removed = pool.removed.edit()
+            for item_id in dropped:
+                removed.setdefault(item_id, "dropped_at_refresh")

@@ -31,8 +31,14 @@ from ctxledger.domain.events import (
     TurnFailed,
     TurnSucceeded,
 )
+from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed
 
-__all__ = ["AgentStrategyMetrics", "StrategyMetrics", "evolve_strategy_metrics"]
+__all__ = [
+    "AgentStrategyMetrics",
+    "StrategyMetrics",
+    "StrategyMetricsBatch",
+    "evolve_strategy_metrics",
+]
 
 
 class AgentStrategyMetrics(msgspec.Struct, frozen=True, kw_only=True):
@@ -144,3 +150,109 @@ def evolve_strategy_metrics(state: StrategyMetrics, event: Event) -> StrategyMet
             return state
         case _:
             assert_never(event)
+
+
+# --- batch fold ------------------------------------------------------------------------------
+
+
+class _MetricsDraft:
+    """One agent's metrics during a batch; the counts by reason and by tool signature are
+    copied on their first change (the pure fold copies them per event)."""
+
+    __slots__ = (
+        "builds",
+        "generations",
+        "rebuilds",
+        "refresh_reasons",
+        "refreshes",
+        "repeated_actions",
+        "retries",
+        "signatures",
+        "strategy",
+        "tokens_max",
+        "tokens_total",
+        "turn_failures",
+    )
+
+    def __init__(self, m: AgentStrategyMetrics) -> None:
+        self.strategy = m.strategy
+        self.generations = m.generations
+        self.builds = m.builds
+        self.tokens_total = m.tokens_total
+        self.tokens_max = m.tokens_max
+        self.refreshes = m.refreshes
+        self.rebuilds = m.rebuilds
+        self.refresh_reasons = Thawed(m.refresh_reasons)
+        self.retries = m.retries
+        self.turn_failures = m.turn_failures
+        self.repeated_actions = m.repeated_actions
+        self.signatures = Thawed(m.signatures)
+
+    def freeze(self) -> AgentStrategyMetrics:
+        return AgentStrategyMetrics(
+            strategy=self.strategy,
+            generations=self.generations,
+            builds=self.builds,
+            tokens_total=self.tokens_total,
+            tokens_max=self.tokens_max,
+            refreshes=self.refreshes,
+            rebuilds=self.rebuilds,
+            refresh_reasons=self.refresh_reasons.current,
+            retries=self.retries,
+            turn_failures=self.turn_failures,
+            repeated_actions=self.repeated_actions,
+            signatures=self.signatures.current,
+        )
+
+
+class StrategyMetricsBatch:
+    """``evolve_strategy_metrics`` over a batch of events (see ``projections.drafts``)."""
+
+    def __init__(self, state: StrategyMetrics) -> None:
+        self.agents = AgentDrafts(state.by_agent, _MetricsDraft, AgentStrategyMetrics)
+
+    def handlers(self) -> Handlers:
+        return {
+            AgentRegistered: self.registered,
+            ContextPackBuilt: self.pack_built,
+            GenerationRefreshed: self.generation_refreshed,
+            TurnFailed: self.turn_failed,
+            ItemRecorded: self.item_recorded,
+        }
+
+    def freeze(self) -> StrategyMetrics:
+        return StrategyMetrics(by_agent=self.agents.freeze(_MetricsDraft.freeze))
+
+    def registered(self, event: AgentRegistered) -> None:
+        self.agents.put(event.agent.agent_id)
+
+    def pack_built(self, event: ContextPackBuilt) -> None:
+        m = self.agents.put(event.agent_id)
+        m.strategy = event.strategy
+        m.builds += 1
+        m.tokens_total += event.budget_used
+        m.tokens_max = max(m.tokens_max, event.budget_used)
+
+    def generation_refreshed(self, event: GenerationRefreshed) -> None:
+        m = self.agents.put(event.agent_id)
+        m.generations += 1
+        m.refreshes += event.kind == "refresh"
+        m.rebuilds += event.kind == "rebuild"
+        key = f"{event.kind}:{event.trigger}"
+        reasons = m.refresh_reasons.edit()
+        reasons[key] = reasons.get(key, 0) + 1
+
+    def turn_failed(self, event: TurnFailed) -> None:
+        m = self.agents.put(event.agent_id)
+        m.turn_failures += 1
+        m.retries += event.error_class == "context_limit"
+
+    def item_recorded(self, event: ItemRecorded) -> None:
+        sig = event.item.tool_signature
+        if not sig:
+            return
+        m = self.agents.put(event.agent_id)
+        signatures = m.signatures.edit()
+        seen = signatures.get(sig, 0)
+        m.repeated_actions += seen > 0
+        signatures[sig] = seen + 1

@@ -1,0 +1,124 @@
+"""Mutable drafts of frozen read models, so a batch of events folds without per-event copies.
+
+The pure ``evolve`` functions copy the agent map (``{**by_agent, agent_id: …}``) and the
+touched agent's dicts on every event: O(agents + items) per event, quadratic over a replay.
+A batch fold thaws what it touches once, mutates the drafts, and freezes them once at the end
+of the batch. Nothing that existed before the batch is ever mutated (a frozen read model may
+have been handed out as a snapshot): every dict or tuple is copied on its first change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, Protocol, TypeVar
+
+from ctxledger.domain.events import Event
+
+__all__ = ["Additions", "AgentDrafts", "BatchFold", "Handlers", "Thawed"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+T = TypeVar("T")
+D = TypeVar("D")
+S_co = TypeVar("S_co", covariant=True)
+
+Handlers = Mapping[type[Event], Callable[[Any], None]]
+"""Event type → what a batch fold does with an event of that type (types absent: nothing)."""
+
+
+class BatchFold(Protocol[S_co]):
+    """One projection folding one batch: built from the state before the batch, fed only the
+    events of the types in ``handlers()`` (in log order), frozen once after the last one.
+
+    Folding a batch must equal the projection's pure ``evolve`` applied event by event."""
+
+    def handlers(self) -> Handlers: ...
+
+    def freeze(self) -> S_co: ...
+
+
+class Thawed(Generic[K, V]):
+    """A dict of a frozen read model during a batch: read ``current``, change ``edit()``,
+    which copies the frozen dict on the first change only."""
+
+    __slots__ = ("_owned", "current")
+
+    def __init__(self, frozen: dict[K, V]) -> None:
+        self.current = frozen
+        self._owned = False
+
+    def edit(self) -> dict[K, V]:
+        if not self._owned:
+            self.current = dict(self.current)
+            self._owned = True
+        return self.current
+
+
+class Additions(Generic[T]):
+    """A tuple of a frozen read model that a batch only appends to: appended to a list, joined
+    once when frozen (appending to a tuple per event copies it per event)."""
+
+    __slots__ = ("added", "frozen")
+
+    def __init__(self, frozen: tuple[T, ...]) -> None:
+        self.frozen = frozen
+        self.added: list[T] = []
+
+    def append(self, value: T) -> None:
+        self.added.append(value)
+
+    def freeze(self) -> tuple[T, ...]:
+        return (*self.frozen, *self.added) if self.added else self.frozen
+
+
+class AgentDrafts(Generic[V, D]):
+    """A ``by_agent`` map during a batch: the frozen map, and a draft of each agent the batch
+    touched. Agents new to the map are added in the order the pure fold would add them (at
+    their first ``put``), so the frozen map iterates (and encodes) exactly like the pure one."""
+
+    __slots__ = ("_drafts", "_frozen", "_new", "_thaw")
+
+    def __init__(
+        self, frozen: dict[str, V], thaw: Callable[[V], D], new: Callable[[], V] | None = None
+    ) -> None:
+        self._frozen = frozen
+        self._thaw = thaw
+        self._new = new
+        self._drafts: dict[str, D] = {}
+
+    def get(self, agent_id: str) -> D | None:
+        """The agent's draft, or None when the map does not hold the agent (yet)."""
+        draft = self._drafts.get(agent_id)
+        if draft is None:
+            found = self._frozen.get(agent_id)
+            if found is None:
+                return None
+            draft = self._drafts[agent_id] = self._thaw(found)
+        return draft
+
+    def put(self, agent_id: str) -> D:
+        """The agent's draft, adding the agent (from its initial state) when it is new: what
+        the pure fold's ``{**by_agent, agent_id: …}`` does."""
+        draft = self._drafts.get(agent_id)
+        if draft is not None:  # the common case, first: this runs for most events
+            return draft
+        draft = self.get(agent_id)
+        if draft is None:
+            if self._new is None:
+                raise TypeError("this map has no initial state per agent: use add()")
+            draft = self._drafts[agent_id] = self._thaw(self._new())
+        return draft
+
+    def add(self, agent_id: str, value: V) -> D:
+        """Add an agent the map does not hold yet, as *value*."""
+        draft = self._drafts[agent_id] = self._thaw(value)
+        return draft
+
+    def freeze(self, freeze: Callable[[D], V]) -> dict[str, V]:
+        """The new frozen map: the old one with every draft frozen (the old one if none)."""
+        if not self._drafts:
+            return self._frozen
+        out = dict(self._frozen)
+        for agent_id, draft in self._drafts.items():
+            out[agent_id] = freeze(draft)
+        return out
