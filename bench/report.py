@@ -116,6 +116,7 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{0.5 / led['replay_ratio']:.1f}× too slow",
             )
         )
+        out += _replay_shape_targets(led)
         out.append(
             _target(
                 "batched append / raw sqlite3",
@@ -147,6 +148,44 @@ def targets(r: dict[str, Any]) -> list[dict[str, Any]]:
                 "O(new items): ≤ 2×",
                 b <= 2 * a,
                 f"{b / a:.1f}×",
+            )
+        )
+    return out
+
+
+def _replay_shape_targets(led: dict[str, Any]) -> list[dict[str, Any]]:
+    """Cold open against a plain replay; one agent's recording and replay growth."""
+    out: list[dict[str, Any]] = []
+    cold = led.get("cold_open")
+    if cold:
+        out.append(
+            _target(
+                f"open an engine with no saved read models / replay ({led['events']:,} events)",
+                f"{cold['ratio']:.2f}×",
+                "≤ 2×",
+                cold["ratio"] <= 2,
+                f"{cold['ratio'] / 2:.1f}× over",
+            )
+        )
+    solo = led.get("one_agent")
+    if solo:
+        n, block = solo["items"], solo["block"]
+        out.append(
+            _target(
+                f"one agent, {n:,} items: recording the last {block:,} / the first {block:,}",
+                f"{solo['record_ratio']:.2f}×",
+                "≤ 1.3×",
+                solo["record_ratio"] <= 1.3,
+                f"{solo['record_ratio'] / 1.3:.1f}× over",
+            )
+        )
+        out.append(
+            _target(
+                f"one agent: replay of {n:,} items / of {n // 4:,}",
+                f"{solo['replay_ratio']:.2f}×",
+                "≤ 4.5× (linear)",
+                solo["replay_ratio"] <= 4.5,
+                f"{solo['replay_ratio'] / 4.5:.1f}× over",
             )
         )
     return out
@@ -403,15 +442,32 @@ def _ledger(r: dict[str, Any]) -> str:
         ],
     ]
     tpl = r.get("template", {})
-    return "\n".join(
-        [
-            f"{led['events']:,} events (mean payload {led['payload_bytes_mean']} B), recorded by engines "
-            f"({tpl.get('agents')} agents × {tpl.get('turns')} turns, replicated with renamed agents). "
-            "Events/s, medians of the rounds; ratio = ctxledger / raw (higher is better).",
+    parts = [
+        f"{led['events']:,} events (mean payload {led['payload_bytes_mean']} B), recorded by engines "
+        f"({tpl.get('agents')} agents × {tpl.get('turns')} turns, replicated with renamed agents). "
+        "Events/s, medians of the rounds; ratio = ctxledger / raw (higher is better).",
+        "",
+        _table(["operation", "ctxledger ev/s", "raw ev/s", "ratio"], rows),
+    ]
+    cold, solo = led.get("cold_open"), led.get("one_agent")
+    if cold:
+        parts += [
             "",
-            _table(["operation", "ctxledger ev/s", "raw ev/s", "ratio"], rows),
+            f"Opening an engine on that log with its saved read models deleted: "
+            f"{cold['open_s']} s, against {cold['replay_s']} s for a plain replay "
+            f"({cold['ratio']}×; best of two, wall time).",
         ]
-    )
+    if solo:
+        rep = solo["replay_s"]
+        parts += [
+            "",
+            f"One agent recording {solo['items']:,} items one `record` at a time (SQLite, durable "
+            f"commits): the first {solo['block']:,} took {solo['first_block_s']} s CPU, the last "
+            f"{solo['block']:,} {solo['last_block_s']} s ({solo['record_ratio']}×). Replaying that "
+            f"log: a quarter {rep['quarter']} s, half {rep['half']} s, whole {rep['whole']} s "
+            f"({solo['replay_ratio']}× the quarter; linear is 4×).",
+        ]
+    return "\n".join(parts)
 
 
 def _scale(r: dict[str, Any]) -> str:

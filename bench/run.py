@@ -46,6 +46,7 @@ from bench.ledger_io import (  # noqa: E402
     sqlite_bulk_load,
 )
 from bench.peers import run_peers  # noqa: E402
+from bench.replay_cases import cold_open, one_agent  # noqa: E402
 from bench.scale import child_replay, replay_in_child, run_postgres  # noqa: E402
 from bench.timing import peak_rss_mb, rss_mb  # noqa: E402
 from bench.turn import run_turns  # noqa: E402
@@ -78,6 +79,7 @@ class Config:
     memory_pool: int
     turn_sizes: tuple[int, ...] = (1_000, 10_000, 20_000, 100_000)
     session_turns: int = 2_000
+    one_agent_items: int = 50_000
     trajectories: bool = True
     openhands: bool = True
     scale_tenth: bool = True
@@ -120,6 +122,7 @@ QUICK = Config(
     memory_pool=5_000,
     turn_sizes=(500, 2_000),
     session_turns=200,
+    one_agent_items=4_000,
 )
 
 
@@ -195,6 +198,11 @@ def section_ledger(cfg: Config, template: list[Any], tmp: Path) -> dict[str, Any
             "payload_bytes_mean": round(sum(len(r[3]) for r in rows) / n),
         }
     )
+    _log("ledger: opening an engine on the log with no saved read models")
+    out["cold_open"] = cold_open(tmp / "ledger-0.db")
+    _log(f"ledger: cold open {out['cold_open']}")
+    out["one_agent"] = one_agent(cfg.one_agent_items, log=_log)
+    _log(f"ledger: one agent {out['one_agent']}")
     return out
 
 
