@@ -30,7 +30,7 @@ from eventsourcing.persistence import (
 from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
-from ctxledger.domain.codec import decode_event, encode_event
+from ctxledger.domain.codec import decode_event, encode_checked
 from ctxledger.domain.errors import ConflictError, CtxLedgerError, StoreURLError
 from ctxledger.domain.events import EVENT_TYPES, Event
 
@@ -127,7 +127,7 @@ class Ledger:
             raise StoreURLError(f"invalid stream id {stream_id[:60]!r}")
         stored = []
         for offset, event in enumerate(events, start=1):
-            topic, payload = encode_event(event)
+            topic, payload = encode_checked(event)  # every event reads back, or nothing is stored
             stored.append(
                 StoredEvent(
                     originator_id=stream_id,

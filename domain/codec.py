@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 
-from ctxledger.domain.errors import DecodeError, FutureSchemaError, UnknownEventTypeError
+from ctxledger.domain.errors import (
+    DecodeError,
+    FutureSchemaError,
+    InvalidInputError,
+    UnknownEventTypeError,
+)
 from ctxledger.domain.events import EVENT_TYPES, UPCASTERS, Event, EventBase, Upcaster, topic_of
 
-__all__ = ["decode_event", "encode_event", "parse_topic"]
+__all__ = ["check_struct", "decode_event", "encode_checked", "encode_event", "parse_topic"]
 
 _ENCODER = msgspec.json.Encoder()
 _DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
@@ -22,6 +27,50 @@ _MAX_PAYLOAD = 64 * 1024 * 1024
 def encode_event(event: EventBase) -> tuple[str, bytes]:
     """Return ``(topic, payload)`` for storage."""
     return topic_of(event), _ENCODER.encode(event)
+
+
+def encode_checked(event: EventBase) -> tuple[str, bytes]:
+    """``encode_event``, refused unless the payload decodes with the very decoder that will
+    read it back: msgspec encodes whatever it is given (a float where the schema says int,
+    a bool, None, an out-of-range count), and one such event would make every later reader
+    of the ledger fail. InvalidInputError names the event and the field; nothing is stored."""
+    name = type(event).__name__
+    try:
+        topic, payload = encode_event(event)
+    except (msgspec.EncodeError, TypeError, ValueError, OverflowError, UnicodeError) as exc:
+        raise InvalidInputError(f"{name} cannot be stored: {exc}") from None
+    if len(payload) > _MAX_PAYLOAD:
+        raise InvalidInputError(f"{name} payload of {len(payload)} bytes is too large")
+    decoder = _DECODERS.get(name)
+    if decoder is None:
+        raise InvalidInputError(f"{name} is not in the event catalogue")
+    try:
+        decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
+        raise InvalidInputError(f"{name} would not read back: {exc}") from None
+    except RecursionError:
+        raise InvalidInputError(f"{name} nests too deeply") from None
+    return topic, payload
+
+
+_STRUCT_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def check_struct(value: S, what: str = "") -> S:
+    """*value* (a model struct from a caller), refused with InvalidInputError naming the field
+    unless it reads back as its own type: struct constructors check nothing, so a budget of
+    ``None`` or ``8000.0`` would otherwise reach the planner or the log."""
+    cls = type(value)
+    decoder = _STRUCT_DECODERS.get(cls)
+    if decoder is None:
+        decoder = _STRUCT_DECODERS[cls] = msgspec.json.Decoder(cls)
+    try:
+        decoder.decode(_ENCODER.encode(value))
+    except (msgspec.EncodeError, msgspec.DecodeError, ValueError, TypeError, OverflowError) as exc:
+        raise InvalidInputError(f"{what or cls.__name__}: {exc}") from None
+    return value
 
 
 def parse_topic(topic: str, *, position: int | None = None) -> tuple[str, int]:
