@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ctxledger.adapters import cli_control, cli_inspect, cli_serve, cli_simulate
+from ctxledger.adapters import __version__, cli_control, cli_inspect, cli_serve, cli_simulate
 from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
@@ -28,7 +28,12 @@ app = typer.Typer(
 console = Console()
 
 StoreOpt = Annotated[
-    str, typer.Option("--store", help="Ledger URL: memory://, sqlite:///path, postgresql://…")
+    str,
+    typer.Option(
+        "--store",
+        envvar="CTXLEDGER_STORE",
+        help="Ledger URL: memory://, sqlite:///path, postgresql://…",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 
@@ -62,37 +67,45 @@ def replay(
             else:
                 console.print(f"replayed {count} events; rebuilt {', '.join(sorted(states))}")
             return
-        states, count, _ = replay_states(ledger, upto=persisted_position)
-        total = ledger.max_position()
-        result: dict[str, Any] = {"events": count, "projections": {}, "equal": True}
+        # A store left by a killed writer lags the log: fold the tail into the persisted
+        # models (in memory; verifying writes nothing), then compare with a full replay.
+        behind = ledger.max_position() - persisted_position
+        caught_up = runner.catch_up()
+        states, count, _ = replay_states(ledger, upto=runner.position)
+        result: dict[str, Any] = {
+            "events": count,
+            "projections": {},
+            "equal": True,
+            "behind": behind,
+            "caught_up": caught_up,
+        }
         for name, state in states.items():
             persisted = runner.states.get(name)
             equal = persisted is not None and encode_state(state) == encode_state(persisted)
             result["projections"][name] = {"equal": equal}
             result["equal"] = result["equal"] and equal
-        behind = total - persisted_position
-        result["behind"] = behind
-        if persisted_position == 0 and total > 0:
-            result["equal"] = False
-            reason = "no persisted read models (run `ctxledger replay` to build them)"
-        elif not result["equal"]:
-            bad = [n for n, v in result["projections"].items() if not v["equal"]]
-            reason = f"replay differs from persisted read models: {', '.join(bad)}"
-        else:
-            reason = ""
         if as_json:
             _print_json(result)
         else:
+            if caught_up:
+                base = (
+                    f"persisted read models at position {persisted_position}"
+                    if persisted_position
+                    else "no persisted read models"
+                )
+                console.print(
+                    f"caught up {caught_up} events ({base}; the log is at {runner.position}) "
+                    "before comparing"
+                )
             table = Table(title=f"replay --verify · {count} events")
             table.add_column("projection")
             table.add_column("equal")
             for name, v in result["projections"].items():
                 table.add_row(name, "yes" if v["equal"] else "NO")
             console.print(table)
-            if behind:
-                console.print(f"persisted read models are {behind} events behind the log")
         if not result["equal"]:
-            raise CommandError(reason)
+            bad = [n for n, v in result["projections"].items() if not v["equal"]]
+            raise CommandError(f"replay differs from persisted read models: {', '.join(bad)}")
 
 
 @app.command()
@@ -120,26 +133,84 @@ app.command()(cli_control.control)
 app.command()(cli_control.configure)
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"ctxledger {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", help="Print the version and exit.", is_eager=True, callback=_show_version
+        ),
+    ] = False,
+) -> None:
+    pass
+
+
+def _click_exceptions() -> tuple[
+    tuple[type[BaseException], ...],
+    tuple[type[BaseException], ...],
+    tuple[type[BaseException], ...],
+]:
+    """``(ClickException, Abort, Exit)`` classes of the click that typer runs on: its own copy
+    (``typer._click``, typer ≥ 0.2x, whose Exit and Abort are typer's) or the real click
+    (older typer), plus the real click's when something loaded it. ``except
+    click.ClickException`` alone misses the vendored copy."""
+    errors: set[type[BaseException]] = {
+        c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+    }
+    aborts: set[type[BaseException]] = {typer.Abort}
+    exits: set[type[BaseException]] = {typer.Exit}
+    real = sys.modules.get("click.exceptions")
+    if real is not None:
+        errors.add(real.ClickException)
+        aborts.add(real.Abort)
+        exits.add(real.Exit)
+    return tuple(errors), tuple(aborts), tuple(exits)
+
+
+def _usage_line(exc: Any) -> str:
+    """A click exception as one line, naming the command's help when it is a usage error."""
+    message = " ".join(str(exc.format_message()).split())
+    if getattr(exc, "exit_code", 1) == 2:
+        ctx = getattr(exc, "ctx", None)
+        command = ctx.command_path if ctx is not None else "ctxledger"
+        message += f" (see `{command} --help`)"
+    return message
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point: typed errors become one line on stderr and a non-zero exit."""
+    """Console entry point: never a traceback. Typed errors are one line on stderr and exit 1;
+    usage errors one line and exit 2; no command at all prints the help, exit 2."""
+    errors, aborts, exits = _click_exceptions()
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, prog_name="ctxledger", standalone_mode=False)
     except CtxLedgerError as exc:
-        sys.stderr.write(f"ctxledger: error: {exc}\n")
+        sys.stderr.write(f"ctxledger: error: {' '.join(str(exc).split())}\n")
         return exc.exit_code
-    except (typer.Abort, KeyboardInterrupt):
+    except KeyboardInterrupt:
         sys.stderr.write("ctxledger: aborted\n")
         return 130
-    except typer.Exit as exc:
-        return int(exc.exit_code or 0)
-    except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.ClickException):
-            sys.stderr.write(f"ctxledger: error: {exc.format_message()}\n")
-            return exc.exit_code
-        raise
-    return 0
+    except errors as exc:
+        click_exc: Any = exc  # one of several unrelated ClickException classes
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `ctxledger`, `ctxledger memory`
+            # typer's rich help has already printed itself on stdout; plain click's is the text
+            text = str(click_exc.format_message()).strip("\n")
+            if text:
+                sys.stdout.write(text + "\n")
+            return 2
+        sys.stderr.write(f"ctxledger: error: {_usage_line(click_exc)}\n")
+        return int(click_exc.exit_code)
+    except aborts:
+        sys.stderr.write("ctxledger: aborted\n")
+        return 130
+    except exits as exc:
+        return int(getattr(exc, "exit_code", 0) or 0)
+    return code if isinstance(code, int) else 0
 
 
 if __name__ == "__main__":

@@ -76,10 +76,11 @@ def control(
         str, typer.Argument(metavar="[ITEM_ID]", help="The item (not for refresh/rebuild).")
     ] = "",
     *,
-    store: Annotated[str, typer.Option("--store", help="Ledger URL.")],
+    store: Annotated[str, typer.Option("--store", envvar="CTXLEDGER_STORE", help="Ledger URL.")],
     agent: Annotated[str, typer.Option("--agent", help="Agent id.")],
     catalog: Annotated[
-        Path | None, typer.Option("--catalog", help="Memory catalog (for promote).")
+        Path | None,
+        typer.Option("--catalog", envvar="CTXLEDGER_CATALOG", help="Memory catalog (for promote)."),
     ] = None,
     reason: Annotated[
         str, typer.Option("--reason", help="Recorded with remove/refresh/rebuild.")
@@ -123,7 +124,7 @@ def control(
 
 def configure(
     *,
-    store: Annotated[str, typer.Option("--store", help="Ledger URL.")],
+    store: Annotated[str, typer.Option("--store", envvar="CTXLEDGER_STORE", help="Ledger URL.")],
     agent: Annotated[str, typer.Option("--agent", help="Agent id.")],
     strategy: Annotated[str | None, typer.Option("--strategy", help="Strategy name.")] = None,
     budget: Annotated[

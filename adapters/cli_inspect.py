@@ -27,7 +27,12 @@ __all__ = ["AuditFailedError", "audit", "diff", "generations", "inspect", "read_
 console = Console()
 
 StoreOpt = Annotated[
-    str, typer.Option("--store", help="Ledger URL: memory://, sqlite:///path, postgresql://…")
+    str,
+    typer.Option(
+        "--store",
+        envvar="CTXLEDGER_STORE",
+        help="Ledger URL: memory://, sqlite:///path, postgresql://…",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 AgentOpt = Annotated[str, typer.Option("--agent", help="Agent id.")]

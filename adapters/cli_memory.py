@@ -18,6 +18,7 @@ from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.adapters.store_files import check_catalog_file
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.memory import MEMORY_STATES, MemoryEntry
 
@@ -26,9 +27,17 @@ __all__ = ["memory_app"]
 memory_app = typer.Typer(no_args_is_help=True, help="Project memory catalog (guarded, erasable).")
 console = Console()
 
-CatalogOpt = Annotated[Path, typer.Option("--catalog", help="Path of the catalog SQLite file.")]
+CatalogOpt = Annotated[
+    Path,
+    typer.Option("--catalog", envvar="CTXLEDGER_CATALOG", help="Path of the catalog SQLite file."),
+]
 StoreOpt = Annotated[
-    str, typer.Option("--store", help="Also record the change as an event in this ledger.")
+    str,
+    typer.Option(
+        "--store",
+        envvar="CTXLEDGER_STORE",
+        help="Also record the change as an event in this ledger.",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 IdArg = Annotated[str, typer.Argument(metavar="MEMORY_ID")]
@@ -39,8 +48,11 @@ def _json(obj: Any) -> None:
 
 
 def _open(catalog: Path, *, create: bool = False) -> MemoryCatalog:
+    """The catalog at *catalog*; unless *create*, it must exist and be a memory catalog (checked
+    read-only first, so a wrong file is never written)."""
     if not create and not catalog.is_file():
         raise InvalidInputError(f"{catalog}: no such catalog file")
+    check_catalog_file(catalog, must_be_catalog=not create)
     return MemoryCatalog.open(catalog)
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from ctxledger.adapters.store_files import check_catalog_file, check_ledger_file
 from ctxledger.domain.errors import CtxLedgerError, StoreURLError
 
 __all__ = ["ServeError", "bind_socket", "serve"]
@@ -37,22 +38,32 @@ def bind_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _check_store(store: str) -> None:
-    """Refuse a SQLite URL whose file does not exist (serving never creates a ledger)."""
+def _check_store(store: str, catalog: Path | None) -> None:
+    """Refuse a SQLite URL whose file does not exist or is not a ledger (serving never creates
+    or converts a ledger), and a catalog that is not one, before the server starts."""
     if store.startswith("sqlite:///"):
         path = Path(store[len("sqlite:///") :])
         if not path.is_file():
             raise StoreURLError(f"{store}: no ledger file at {path}")
+        check_ledger_file(path, must_be_ledger=True)
+    if catalog is not None:
+        check_catalog_file(catalog, must_be_catalog=False)
 
 
 def serve(
     store: Annotated[
-        str, typer.Option("--store", help="Ledger URL: memory://, sqlite:///path, postgresql://…")
+        str,
+        typer.Option(
+            "--store",
+            envvar="CTXLEDGER_STORE",
+            help="Ledger URL: memory://, sqlite:///path, postgresql://…",
+        ),
     ],
     catalog: Annotated[
         Path | None,
         typer.Option(
             "--catalog",
+            envvar="CTXLEDGER_CATALOG",
             help="Project-memory catalog: listed on /memory; promote and verify write to it.",
         ),
     ] = None,
@@ -71,7 +82,7 @@ def serve(
 
     if not 0 <= port <= 65535:
         raise ServeError(f"port {port} is out of range 0–65535")
-    _check_store(store)
+    _check_store(store, catalog)
     allowed = list(_LOOPBACK_NAMES) if host in _LOOPBACK_NAMES else None
     app = create_app(store, catalog=catalog, read_only=read_only, allowed_hosts=allowed)
     sock = bind_socket(host, port)

@@ -36,7 +36,11 @@ WindowOpt = Annotated[
 ]
 StoreOpt = Annotated[
     str | None,
-    typer.Option("--store", help="Ledger URL (default: a new temporary SQLite file)."),
+    typer.Option(
+        "--store",
+        envvar="CTXLEDGER_STORE",
+        help="Ledger URL (default: a new temporary SQLite file).",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 

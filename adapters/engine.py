@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ctxledger.adapters.boundary import checked
 from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.ledger import Ledger, open_ledger, stream_id_for
 from ctxledger.adapters.project_memory import ProjectMemory, memory_stream
@@ -35,6 +36,7 @@ from ctxledger.domain.build_policy import (
     validate_settings,
 )
 from ctxledger.domain.build_record import build_started
+from ctxledger.domain.codec import check_struct
 from ctxledger.domain.compression import compress_report
 from ctxledger.domain.decision_point import DECISION_LAYERS
 from ctxledger.domain.errors import (
@@ -259,11 +261,15 @@ class ContextEngine:
 
     # --- agents and settings --------------------------------------------------------------------
 
+    @checked
     def register_agent(
         self, identity: AgentIdentity, settings: AgentSettings | None = None
     ) -> None:
         """Record an agent identity once, with its settings; re-registering the same identity
         is a no-op (use ``configure`` to change settings)."""
+        check_struct(identity, "agent identity")
+        if settings is not None:
+            check_struct(settings, "agent settings")
         if not identity.agent_id or len(identity.agent_id) > 200:
             raise InvalidInputError("agent_id must be 1–200 characters")
         if not identity.session_id:
@@ -289,6 +295,7 @@ class ContextEngine:
 
         self.decide_and_append(stream_id_for(identity.session_id, agent_id), decide)
 
+    @checked
     def configure(
         self,
         agent_id: str,
@@ -303,6 +310,8 @@ class ContextEngine:
     ) -> AgentSettings:
         """Change the agent's settings (recorded as ``AgentConfigured``); every later build,
         refresh and rebuild uses them. A new scope takes effect at the next generation."""
+        if scope is not None:
+            check_struct(scope, "scope")
         changes: dict[str, Any] = {
             k: v
             for k, v in (
@@ -364,10 +373,14 @@ class ContextEngine:
         except TypeError as exc:
             raise InvalidInputError(f"bad item field: {exc}") from None
 
+    @checked
     def record(self, agent_id: str, item: Item | str, **kwargs: Any) -> Item:
         """Record an observation into the agent's pool (text or a ready Item)."""
         self.agent(agent_id)
-        it = item if isinstance(item, Item) else self.make_item(agent_id, item, **kwargs)
+        if isinstance(item, Item):
+            it = check_struct(item, "item")
+        else:
+            it = self.make_item(agent_id, item, **kwargs)
         if it.token_count == 0 and it.content:
             it = self._sized(it)
         check_recordable(it)
@@ -376,9 +389,12 @@ class ContextEngine:
         )
         return it
 
+    @checked
     def record_many(self, agent_id: str, items: Sequence[Item]) -> None:
         """Record several items in one append."""
         self.agent(agent_id)
+        for i in items:
+            check_struct(i, "item")
         ready = [i if i.token_count or not i.content else self._sized(i) for i in items]
         for i in ready:
             check_recordable(i)
@@ -387,6 +403,7 @@ class ContextEngine:
             lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready],
         )
 
+    @checked
     def add_steering_note(self, agent_id: str, text: str, *, stage: str = "") -> Item:
         """User guidance: pinned, session-stable, never dropped."""
         self.agent(agent_id)
@@ -411,6 +428,7 @@ class ContextEngine:
             raise InvalidInputError(f"agent {agent_id!r} has no item {item_id[:80]!r}")
         return pool.current(item_id)
 
+    @checked
     def pin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
         self._known_item(agent_id, item_id)
         self._append_agent(
@@ -418,6 +436,7 @@ class ContextEngine:
             lambda: [ev.ItemPinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
         )
 
+    @checked
     def unpin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
         self._known_item(agent_id, item_id)
         self._append_agent(
@@ -425,6 +444,7 @@ class ContextEngine:
             lambda: [ev.ItemUnpinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
         )
 
+    @checked
     def remove(self, agent_id: str, item_id: str, *, reason: str = "manual") -> None:
         item = self._known_item(agent_id, item_id)
         if item.pinned or item.mandatory:
@@ -436,6 +456,7 @@ class ContextEngine:
             ],
         )
 
+    @checked
     def verify_finding(
         self, agent_id: str, item_id: str, *, by: str = "", evidence: str = ""
     ) -> None:
@@ -454,6 +475,7 @@ class ContextEngine:
 
     # --- project memory (the catalog decides; the ledger records) -------------------------------
 
+    @checked
     def promote(self, agent_id: str, item_id: str) -> str:
         """Promote an item to a project-memory candidate (verified stays false until an
         explicit ``verify_memory``); the body goes to the catalog, the ledger gets its hash."""
@@ -463,6 +485,7 @@ class ContextEngine:
         self._append_memory(memory_stream(event.partition), event)
         return event.memory_id
 
+    @checked
     def verify_memory(self, memory_id: str, *, by: str = "") -> None:
         """Explicit verification of one memory entry (the only way it becomes verified)."""
         memory = self._require_memory()
@@ -470,11 +493,13 @@ class ContextEngine:
             memory.stream_of(memory_id), memory.verify(memory_id, now=self._now(), by=by)
         )
 
+    @checked
     def retire_memory(self, memory_id: str, *, reason: str = "") -> None:
         memory = self._require_memory()
         event = memory.retire(memory_id, now=self._now(), reason=reason)
         self._append_memory(memory.stream_of(memory_id), event)
 
+    @checked
     def delete_memory(self, memory_id: str) -> ev.MemoryDeleted:
         """Erase a memory body under the erasure policy; the event carries the report."""
         memory = self._require_memory()
@@ -483,6 +508,7 @@ class ContextEngine:
         self._append_memory(stream, event)
         return event
 
+    @checked
     def report_to_parent(self, worker_id: str) -> Item:
         """Compress a worker's transcript into a parent report and record it in the parent's
         pool: the Primary sees the report, never the raw transcript."""
@@ -534,6 +560,7 @@ class ContextEngine:
             now=self._now(),
         )
 
+    @checked
     def build(
         self,
         agent_id: str,
@@ -556,6 +583,10 @@ class ContextEngine:
         ``purpose="decision_point"`` builds seed 004's DecisionPointBuilder view instead: L0 and
         L1 only (other layers ``excluded_by_scope``), on its own (the generation's prompt and
         decisions are left as they are), recorded like any build."""
+        if scope is not None:
+            check_struct(scope, "scope")
+        if budget is not None:
+            check_budget(budget)
         query = BuildQuery(
             task=task,
             phase=phase,
@@ -775,6 +806,7 @@ class ContextEngine:
         self._append_agent(agent_id, lambda: [event])
         return event
 
+    @checked
     def turn_succeeded(self, agent_id: str) -> None:
         """The last model call went through but there is no provider usage to report (e.g. a
         simulated run): ends the turn's refresh count, as ``report_usage`` does."""
@@ -792,6 +824,7 @@ class ContextEngine:
 
     # --- errors and refresh ---------------------------------------------------------------------
 
+    @checked
     def on_turn_error(
         self, agent_id: str, error: object, *, provider: str = ""
     ) -> TurnErrorOutcome:
@@ -820,6 +853,7 @@ class ContextEngine:
             error=verdict, refreshed=True, message=result.message, result=result
         )
 
+    @checked
     def refresh(
         self,
         agent_id: str,
@@ -893,6 +927,7 @@ class ContextEngine:
 
         self._append_agent(agent_id, decide)
 
+    @checked
     def rebuild(self, agent_id: str, *, reason: str = "manual") -> BuildResult:
         """Manual control: re-pack into a new generation below the watermark."""
         if not self.agent(agent_id).current.builds:

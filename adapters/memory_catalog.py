@@ -36,6 +36,7 @@ from ctxledger.adapters.memory_schema import (
     encode_payload,
     entry_from_legacy,
 )
+from ctxledger.adapters.store_files import check_catalog_file
 from ctxledger.domain.errors import (
     IntakeMissingError,
     InvalidInputError,
@@ -186,11 +187,13 @@ class MemoryCatalog:
         timeout: float = 5.0,
         checkpoint_timeout_ms: int = 200,
     ) -> MemoryCatalog:
-        """Open (creating if needed) the catalog at *path*.
+        """Open (creating if needed) the catalog at *path*; a file that is not SQLite or is a
+        ledger raises StoreKindError and is left untouched.
 
         ``partition_key`` is the HMAC key for partition ids; by default a random key is created
         once and kept in the catalog's ``catalog_meta`` table. ``checkpoint_timeout_ms`` bounds
         how long the erasure checkpoint waits for readers before reporting itself blocked."""
+        check_catalog_file(path, must_be_catalog=False)
         conn = connect_catalog(path, timeout=timeout)
         try:
             chosen = MemoryIntake() if isinstance(intake, str) else intake

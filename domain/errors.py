@@ -18,6 +18,7 @@ __all__ = [
     "MemoryStateError",
     "ProtectedTableError",
     "RefreshExhaustedError",
+    "StoreKindError",
     "StoreURLError",
     "TrajectoryFormatError",
     "UnknownAgentError",
@@ -39,6 +40,11 @@ class InvalidInputError(CtxLedgerError, ValueError):
 
 class StoreURLError(InvalidInputError):
     """A ledger URL with an unknown scheme or a malformed path."""
+
+
+class StoreKindError(InvalidInputError):
+    """A file that is not the kind of store asked for (not SQLite, a memory catalog given as a
+    ledger, a ledger given as a catalog); it was only read, never written."""
 
 
 class ConflictError(CtxLedgerError):

@@ -1,0 +1,98 @@
+"""What kind of SQLite file a path holds (ledger, memory catalog, other), checked read-only
+before any store opens it, so a reader never creates tables in the wrong file."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+from typing import Final, Literal
+
+from ctxledger.domain.errors import StoreKindError
+
+__all__ = [
+    "CATALOG_TABLE",
+    "LEDGER_TABLE",
+    "StoreKind",
+    "check_catalog_file",
+    "check_ledger_file",
+    "store_kind",
+]
+
+SQLITE_HEADER: Final = b"SQLite format 3\x00"
+LEDGER_TABLE: Final = "ctxledger_events"
+"""The events table every ledger has (``ctxledger.adapters.ledger.EVENTS_TABLE``)."""
+CATALOG_TABLE: Final = "memory"
+"""The table every memory catalog has."""
+
+StoreKind = Literal["empty", "ledger", "catalog", "shared", "sqlite"]
+
+
+def _tables(path: Path) -> frozenset[str]:
+    """The table names of the SQLite file at *path*, read through a read-only connection.
+
+    Without a ``-wal`` file beside it the file is all there is: opened ``immutable`` (no lock,
+    no ``-shm``/``-wal`` created). With one, a writer may hold schema changes in it, so it is
+    opened ``mode=ro`` and SQLite reads the log too."""
+    wal = path.with_name(path.name + "-wal")
+    uri = f"{path.resolve().as_uri()}?{'mode=ro' if wal.exists() else 'immutable=1'}"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=5.0)
+        try:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise StoreKindError(f"{path} is not a readable SQLite database ({exc})") from None
+    return frozenset(str(name) for (name,) in rows)
+
+
+def store_kind(path: str | os.PathLike[str]) -> StoreKind:
+    """The kind of the existing file at *path*: ``empty`` (no bytes), ``ledger`` (has the
+    events table), ``catalog`` (has the memory table), ``shared`` (both) or ``sqlite``
+    (anything else SQLite). Reads only; raises StoreKindError when the file is not SQLite."""
+    file = Path(path)
+    try:
+        with file.open("rb") as fh:
+            header = fh.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise StoreKindError(f"{file}: {exc.strerror or exc}") from None
+    if not header:
+        return "empty"
+    if header != SQLITE_HEADER:
+        raise StoreKindError(f"{file} is not a SQLite database")
+    tables = _tables(file)
+    if LEDGER_TABLE in tables and CATALOG_TABLE in tables:
+        return "shared"
+    if LEDGER_TABLE in tables:
+        return "ledger"
+    if CATALOG_TABLE in tables:
+        return "catalog"
+    return "sqlite"
+
+
+def check_ledger_file(path: str | os.PathLike[str], *, must_be_ledger: bool) -> None:
+    """Refuse, before anything opens it for writing, a file that cannot be a ledger: not
+    SQLite, or a memory catalog. With *must_be_ledger* (readers) also an empty or other SQLite
+    file, which opening would turn into a ledger. A missing file passes (the caller decides)."""
+    file = Path(path)
+    if not file.is_file():
+        return
+    kind = store_kind(file)
+    if kind == "catalog":
+        raise StoreKindError(f"{file} is a memory catalog, not a ledger")
+    if must_be_ledger and kind not in ("ledger", "shared"):
+        raise StoreKindError(f"{file} is not a ledger (no {LEDGER_TABLE} table)")
+
+
+def check_catalog_file(path: str | os.PathLike[str], *, must_be_catalog: bool) -> None:
+    """Refuse a file that cannot be a memory catalog: not SQLite, or a ledger. With
+    *must_be_catalog* (readers) also a file without the memory table. A missing file passes."""
+    file = Path(path)
+    if not file.is_file():
+        return
+    kind = store_kind(file)
+    if kind == "ledger":
+        raise StoreKindError(f"{file} is a ledger, not a memory catalog")
+    if must_be_catalog and kind not in ("catalog", "shared"):
+        raise StoreKindError(f"{file} is not a memory catalog (no {CATALOG_TABLE} table)")
