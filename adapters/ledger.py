@@ -30,6 +30,7 @@ from eventsourcing.persistence import (
 from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
+from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file
 from ctxledger.domain.codec import decode_event, encode_checked
 from ctxledger.domain.errors import ConflictError, CtxLedgerError, StoreURLError
 from ctxledger.domain.events import EVENT_TYPES, Event
@@ -44,7 +45,7 @@ __all__ = [
     "stream_id_for",
 ]
 
-EVENTS_TABLE = "ctxledger_events"
+EVENTS_TABLE = LEDGER_TABLE
 PROJECTIONS_TABLE = "ctxledger_projections"
 _PAGE = 1000
 
@@ -533,7 +534,9 @@ def open_ledger(url: str, *, must_exist: bool = False) -> Ledger:
     """Open the ledger named by *url*: ``memory://``, ``sqlite:///path`` or ``postgresql://…``.
 
     ``must_exist`` (for readers such as ``inspect`` or ``audit``) refuses to create a missing
-    SQLite file instead of silently reading an empty ledger."""
+    SQLite file instead of silently reading an empty ledger, and a file that is not a ledger
+    (not SQLite, a memory catalog, another database) before anything could write to it. A
+    writer is refused a file that is not SQLite or is a memory catalog."""
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "memory":
         return Ledger(url, _MemoryBackend())
@@ -547,6 +550,7 @@ def open_ledger(url: str, *, must_exist: bool = False) -> Ledger:
             raise StoreURLError(f"{url}: directory {path.parent} does not exist")
         if must_exist and not path.is_file():
             raise StoreURLError(f"{url}: no ledger at {path}")
+        check_ledger_file(path, must_be_ledger=must_exist)
         try:
             return Ledger(url, _SQLiteBackend(str(path)))
         except PersistenceError as exc:
