@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
@@ -782,10 +782,13 @@ class ContextEngine:
             return to_openai(result.prompt, model=model)
         raise InvalidInputError(f"unknown provider {provider!r}; use anthropic or openai")
 
-    def report_usage(self, agent_id: str, usage: Mapping[str, Any]) -> ev.CacheUsageRecorded:
-        """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call; the
-        expected cached tokens scale the prompt's tokens by the share of its bytes the previous
-        prompt already held (both recorded on the generation's last pack)."""
+    def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
+        """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call: a
+        mapping or the SDK's own usage object (``response.usage`` of anthropic or openai, an
+        openai-agents ``Usage``; see ``normalize_usage``); anything else raises
+        InvalidInputError and records nothing. The expected cached tokens scale the prompt's
+        tokens by the share of its bytes the previous prompt already held (both recorded on the
+        generation's last pack)."""
         ag = self.agent(agent_id)
         u = normalize_usage(usage)
         gen = ag.current

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -9,7 +10,7 @@ import msgspec
 
 from ctxledger.domain.errors import InvalidInputError
 
-__all__ = ["Provider", "Usage", "hit_rate", "normalize_usage"]
+__all__ = ["Provider", "Usage", "hit_rate", "normalize_usage", "usage_mapping"]
 
 Provider = Literal["anthropic", "openai", "deepseek"]
 
@@ -55,13 +56,65 @@ def _count(raw: Mapping[str, Any], key: str, *, required: bool) -> int:
     return value
 
 
+_USAGE_FIELDS = (
+    "usage",
+    "input_tokens",
+    "output_tokens",
+    "cache_creation_input_tokens",
+    "cache_read_input_tokens",
+    "input_tokens_details",
+    "prompt_tokens",
+    "completion_tokens",
+    "prompt_tokens_details",
+    "prompt_cache_hit_tokens",
+    "prompt_cache_miss_tokens",
+    "cached_tokens",
+)
+"""The attributes read from a plain attribute object (every key ``normalize_usage`` reads)."""
+
+
+def usage_mapping(raw: object, what: str = "usage") -> Mapping[str, Any]:
+    """*raw* as a mapping: a mapping as is; an SDK object through its own ``model_dump()``
+    (pydantic: anthropic ``Usage``, openai ``CompletionUsage``/``ResponseUsage``, LiteLLM) or
+    ``to_dict()``; a dataclass (openai-agents ``Usage``) field by field; any other object by
+    the usage attributes it has. Nested objects are converted when read. None, a string, a
+    number or a sequence raise InvalidInputError."""
+    if isinstance(raw, Mapping):
+        return raw
+    if raw is None or isinstance(raw, str | bytes | bytearray | int | float | list | tuple):
+        raise InvalidInputError(f"{what} must be a mapping or a usage object, not {_kind(raw)}")
+    for method in ("model_dump", "to_dict"):
+        dump = getattr(raw, method, None)
+        if callable(dump):
+            try:
+                value = dump()
+            except Exception as exc:  # a foreign object's own conversion failed
+                raise InvalidInputError(f"{what}: {method}() failed: {exc}") from None
+            if isinstance(value, Mapping):
+                return value
+    if dataclasses.is_dataclass(raw) and not isinstance(raw, type):
+        return {f.name: getattr(raw, f.name) for f in dataclasses.fields(raw)}
+    found = {key: getattr(raw, key, None) for key in _USAGE_FIELDS}
+    present = {key: value for key, value in found.items() if value is not None}
+    if not present:
+        raise InvalidInputError(f"{what}: {_kind(raw)} has no usage fields")
+    return present
+
+
+def _kind(value: object) -> str:
+    return "None" if value is None else type(value).__name__[:60]
+
+
 def _details(raw: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     value = raw.get(key)
     if value is None:
         return {}
-    if not isinstance(value, Mapping):
-        raise InvalidInputError(f"usage: {key!r} must be an object")
-    return value
+    if isinstance(value, Mapping):
+        return value
+    try:
+        return usage_mapping(value, f"usage: {key!r}")
+    except InvalidInputError:
+        raise InvalidInputError(f"usage: {key!r} must be an object") from None
 
 
 def _included_cached(total: int, cached: int, total_key: str) -> int:
@@ -70,8 +123,9 @@ def _included_cached(total: int, cached: int, total_key: str) -> int:
     return total - cached
 
 
-def normalize_usage(raw: Mapping[str, Any]) -> Usage:
-    """Normalise a provider usage object (or a whole response body holding ``usage``).
+def normalize_usage(raw: object) -> Usage:
+    """Normalise a provider usage object (or a whole response body holding ``usage``): a
+    mapping, or an SDK object as :func:`usage_mapping` reads it.
 
     - DeepSeek: ``prompt_cache_hit_tokens`` (read), ``prompt_cache_miss_tokens`` (input),
       ``completion_tokens``.
@@ -88,9 +142,10 @@ def normalize_usage(raw: Mapping[str, Any]) -> Usage:
 
     Raises InvalidInputError on an unknown shape or a count that is not a non-negative integer.
     """
+    raw = usage_mapping(raw)
     nested = raw.get("usage")
-    if isinstance(nested, Mapping):
-        raw = nested
+    if nested is not None and not isinstance(nested, int | float | str):
+        raw = usage_mapping(nested)
     if "prompt_cache_hit_tokens" in raw or "prompt_cache_miss_tokens" in raw:
         return Usage(
             provider="deepseek",
