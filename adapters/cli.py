@@ -84,6 +84,9 @@ def replay(
             equal = persisted is not None and encode_state(state) == encode_state(persisted)
             result["projections"][name] = {"equal": equal}
             result["equal"] = result["equal"] and equal
+        if runner.ahead:  # saved past the end of the log: events were lost, never "equal"
+            result["ahead"] = runner.ahead
+            result["equal"] = False
         if as_json:
             _print_json(result)
         else:
@@ -103,6 +106,12 @@ def replay(
             for name, v in result["projections"].items():
                 table.add_row(name, "yes" if v["equal"] else "NO")
             console.print(table)
+        if runner.ahead:
+            raise CommandError(
+                f"persisted read models claim {runner.ahead} events past the end of the log "
+                f"(at {ledger.max_position()}): events were lost or the models belong to "
+                "another log; run `ctxledger replay` to rebuild them"
+            )
         if not result["equal"]:
             bad = [n for n, v in result["projections"].items() if not v["equal"]]
             raise CommandError(f"replay differs from persisted read models: {', '.join(bad)}")

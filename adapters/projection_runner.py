@@ -99,6 +99,9 @@ class ProjectionRunner:
         self.applied = 0
         self._saved_position = 0
         self._save_seconds = 0.0
+        self.ahead = 0
+        """How many positions past the end of the log the saved read models claimed (0: not
+        ahead); such models are discarded and rebuilt."""
         self._load()
 
     @property
@@ -117,11 +120,19 @@ class ProjectionRunner:
             positions.add(row[0])
             loaded[p.name] = decode_state(p, row[1])
         if len(loaded) == len(self.projections) and len(positions) == 1:
-            self.states = loaded
-            self.position = self._saved_position = positions.pop()
-        else:  # missing or inconsistent: rebuild from the start
-            self.states = {p.name: p.initial() for p in self.projections}
-            self.position = 0
+            saved = positions.pop()
+            end = self.ledger.max_position()
+            if saved <= end:
+                self.states = loaded
+                self.position = self._saved_position = saved
+                return
+            # Saved past the end of the log: the log lost events (a deleted WAL, a restored
+            # older file) or the models belong to another log. Never trust them: new events
+            # at those positions would be skipped. Rebuild, and say by how much they were ahead.
+            self.ahead = saved - end
+        # missing, inconsistent or ahead of the log: rebuild from the start
+        self.states = {p.name: p.initial() for p in self.projections}
+        self.position = 0
 
     def apply(self, position: int, event: Event) -> None:
         """Fold one event that the caller read or appended (must be the next position)."""
