@@ -88,7 +88,7 @@ def list_entries(
     """Every entry with its state (bodies are shown by `show` only)."""
     if state and state not in MEMORY_STATES:
         raise InvalidInputError(f"unknown state {state!r}; use one of {', '.join(MEMORY_STATES)}")
-    with _open(catalog) as cat:
+    with MemoryCatalog.open_read_only(catalog) as cat:  # a reader never writes
         entries = cat.list(states=(state,) if state else None)
     if as_json:
         _json({"entries": [_summary(e) for e in entries]})
@@ -112,7 +112,7 @@ def list_entries(
 @memory_app.command()
 def show(catalog: CatalogOpt, memory_id: IdArg, as_json: JsonOpt = False) -> None:
     """One entry, body included."""
-    with _open(catalog) as cat:
+    with MemoryCatalog.open_read_only(catalog) as cat:
         entry = cat.get(memory_id)
     if as_json:
         _json({**_summary(entry), "body": entry.body})

@@ -36,7 +36,7 @@ from ctxledger.adapters.memory_schema import (
     encode_payload,
     entry_from_legacy,
 )
-from ctxledger.adapters.store_files import check_catalog_file
+from ctxledger.adapters.store_files import check_catalog_file, read_only_uri
 from ctxledger.domain.errors import (
     IntakeMissingError,
     InvalidInputError,
@@ -207,6 +207,38 @@ class MemoryCatalog:
             )
             catalog._install()
             catalog.last_erasure = catalog.erase()
+        except BaseException:
+            conn.close()
+            raise
+        return catalog
+
+    @classmethod
+    def open_read_only(cls, path: str | os.PathLike[str], *, timeout: float = 5.0) -> MemoryCatalog:
+        """Open an existing catalog for reading only (``get``, ``list``, ``recall_candidates``):
+        no schema install, no erasure pass, no key created, not a byte written; every write
+        fails. A missing file, a file that is not a memory catalog, or one still in the legacy
+        layout (a writer's :meth:`open` migrates it) raises a typed error."""
+        file = Path(path)
+        if not file.is_file():
+            raise InvalidInputError(f"{file}: no such catalog file")
+        check_catalog_file(file, must_be_catalog=True)
+        conn = sqlite3.connect(read_only_uri(file), uri=True, timeout=timeout, isolation_level=None)
+        try:
+            columns = {str(r[1]) for r in conn.execute("PRAGMA table_xinfo(memory)").fetchall()}
+            if "partition" not in columns:
+                raise InvalidInputError(
+                    f"{file} has the legacy memory layout; a writing command migrates it"
+                )
+            stored = CatalogStore(conn).get(_META_TABLE, _KEY_NAME)
+            key = (
+                bytes.fromhex(stored)
+                if isinstance(stored, str) and len(stored) == 64
+                else secrets.token_bytes(32)  # no key stored: nothing was partitioned with one
+            )
+            catalog = cls(conn, file, intake=None, partition_key=key, checkpoint_timeout_ms=0)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise InvalidInputError(f"{file}: cannot read the catalog ({exc})") from None
         except BaseException:
             conn.close()
             raise

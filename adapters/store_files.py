@@ -16,6 +16,7 @@ __all__ = [
     "StoreKind",
     "check_catalog_file",
     "check_ledger_file",
+    "read_only_uri",
     "store_kind",
 ]
 
@@ -28,14 +29,20 @@ CATALOG_TABLE: Final = "memory"
 StoreKind = Literal["empty", "ledger", "catalog", "shared", "sqlite"]
 
 
-def _tables(path: Path) -> frozenset[str]:
-    """The table names of the SQLite file at *path*, read through a read-only connection.
+def read_only_uri(path: str | os.PathLike[str]) -> str:
+    """A SQLite URI that opens *path* for reading only and leaves no file behind.
 
     Without a ``-wal`` file beside it the file is all there is: opened ``immutable`` (no lock,
-    no ``-shm``/``-wal`` created). With one, a writer may hold schema changes in it, so it is
-    opened ``mode=ro`` and SQLite reads the log too."""
-    wal = path.with_name(path.name + "-wal")
-    uri = f"{path.resolve().as_uri()}?{'mode=ro' if wal.exists() else 'immutable=1'}"
+    no ``-shm``/``-wal`` created). With one, a writer may hold changes in it, so it is opened
+    ``mode=ro`` and SQLite reads the log too."""
+    file = Path(path)
+    wal = file.with_name(file.name + "-wal")
+    return f"{file.resolve().as_uri()}?{'mode=ro' if wal.exists() else 'immutable=1'}"
+
+
+def _tables(path: Path) -> frozenset[str]:
+    """The table names of the SQLite file at *path*, read through a read-only connection."""
+    uri = read_only_uri(path)
     try:
         conn = sqlite3.connect(uri, uri=True, timeout=5.0)
         try:

@@ -145,12 +145,26 @@ def test_a_writer_refuses_a_catalog_or_a_text_file_as_its_ledger(files: Path) ->
         open_engine(f"sqlite:///{files / 'notes.txt'}")
 
 
-def test_the_same_commands_on_the_right_files_still_work(files: Path) -> None:
-    audit = ctxledger("audit", "--store", "sqlite:///ledger.db", "--json", cwd=files)
-    assert audit.returncode == 0, audit.stderr
+def test_readers_on_the_right_files_work_and_write_nothing(files: Path) -> None:
+    before = _snapshot(files)
+    for args in (
+        ("audit", "--store", "sqlite:///ledger.db", "--json"),
+        ("inspect", "--store", "sqlite:///ledger.db", "--json"),
+        ("generations", "--store", "sqlite:///ledger.db", "--agent", "primary-1", "--json"),
+        ("replay", "--store", "sqlite:///ledger.db", "--verify", "--json"),
+        ("diff", "--store", "sqlite:///ledger.db", "--agent", "primary-1", "1", "2", "--json"),
+    ):
+        out = ctxledger(*args, cwd=files)
+        assert out.returncode == 0, out.stderr
+        json.loads(out.stdout)
     listing = ctxledger("memory", "list", "--catalog", "catalog.db", "--json", cwd=files)
     assert listing.returncode == 0, listing.stderr
-    assert json.loads(listing.stdout)["entries"]
+    entries = json.loads(listing.stdout)["entries"]
+    assert entries
+    shown = ctxledger("memory", "show", "--catalog", "catalog.db", entries[0]["id"], cwd=files)
+    assert shown.returncode == 0, shown.stderr
+    assert entries[0]["id"] in shown.stdout
+    assert _snapshot(files) == before
 
 
 def _lagging_ledger(path: Path) -> int:
