@@ -1,4 +1,6 @@
-"""`ctxledger serve`: the web inspector over a ledger URL, on a loopback port by default."""
+"""`ctxledger serve`: the web inspector over a ledger URL, on a loopback port by default; any
+other bind needs an access token (``--token``, ``CTXLEDGER_WEB_TOKEN`` or one generated and
+printed once)."""
 
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ import typer
 from ctxledger.adapters.store_files import check_catalog_file, check_ledger_file
 from ctxledger.domain.errors import CtxLedgerError, StoreURLError
 
-__all__ = ["ServeError", "bind_socket", "serve"]
+__all__ = ["TOKEN_ENV", "ServeError", "bind_socket", "serve"]
 
-_LOOPBACK_NAMES = ("127.0.0.1", "localhost")
+TOKEN_ENV = "CTXLEDGER_WEB_TOKEN"
 
 
 class ServeError(CtxLedgerError):
@@ -51,6 +53,7 @@ def _check_store(store: str, catalog: Path | None) -> None:
 
 
 def serve(
+    *,
     store: Annotated[
         str,
         typer.Option(
@@ -74,27 +77,58 @@ def serve(
     read_only: Annotated[
         bool, typer.Option("--read-only", help="Hide the manual controls and refuse every POST.")
     ] = False,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token",
+            envvar=TOKEN_ENV,
+            help="Access token every request must prove (?token=, Authorization: Bearer, then "
+            "a cookie). Needed off loopback: without it one is generated and printed once.",
+        ),
+    ] = None,
 ) -> None:
     """The web inspector: agents, generations, diffs, cache and memory in a browser."""
     import uvicorn
 
     from ctxledger.adapters.web import create_app
+    from ctxledger.adapters.web.access import (
+        MIN_TOKEN_CHARS,
+        access_for_bind,
+        is_loopback_bind,
+        new_token,
+    )
+    from ctxledger.adapters.web.headers import SecureH11Protocol
 
     if not 0 <= port <= 65535:
         raise ServeError(f"port {port} is out of range 0–65535")
+    if token is not None and (len(token) < MIN_TOKEN_CHARS or not token.isascii()):
+        raise ServeError(f"--token must be at least {MIN_TOKEN_CHARS} ASCII characters")
+    generated = token is None and not is_loopback_bind(host)
+    if generated:
+        token = new_token()
     _check_store(store, catalog)
-    allowed = list(_LOOPBACK_NAMES) if host in _LOOPBACK_NAMES else None
-    app = create_app(store, catalog=catalog, read_only=read_only, allowed_hosts=allowed)
     sock = bind_socket(host, port)
-    bound = sock.getsockname()[1]
+    try:
+        bound = sock.getsockname()[1]
+        access = access_for_bind(host, bound, token)
+        app = create_app(store, catalog=catalog, read_only=read_only, access=access)
+    except BaseException:
+        sock.close()
+        raise
     shown = f"[{host}]" if ":" in host else host
     mode = "read-only" if read_only else "manual controls enabled"
-    sys.stdout.write(f"ctxledger inspector: http://{shown}:{bound}/ ({mode}; Ctrl-C stops)\n")
+    query = f"?token={token}" if generated else ""
+    guard = "; access token required" if token is not None else ""
+    sys.stdout.write(
+        f"ctxledger inspector: http://{shown}:{bound}/{query} ({mode}{guard}; Ctrl-C stops)\n"
+    )
     sys.stdout.flush()
-    if host not in (*_LOOPBACK_NAMES, "::1"):
+    if not is_loopback_bind(host):
         sys.stderr.write(
-            f"ctxledger: warning: {host} is reachable from other machines; the pages show "
-            "the ledger's content to anyone who can connect\n"
+            f"ctxledger: warning: {host} is reachable from other machines; anyone who has "
+            "the token can read the ledger's pages and use the controls\n"
         )
-    config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on")
+    config = uvicorn.Config(
+        app, log_level="warning", access_log=False, lifespan="on", http=SecureH11Protocol
+    )
     uvicorn.Server(config).run(sockets=[sock])

@@ -7,7 +7,7 @@ import importlib.resources
 import os
 import secrets
 import threading
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,15 +16,13 @@ from urllib.parse import quote, urlencode, urlsplit
 import jinja2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
-from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.controls import apply_control
@@ -35,9 +33,9 @@ from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.adapters.web import views
+from ctxledger.adapters.web.access import Access, AccessGuard, actor_of
 from ctxledger.adapters.web.charts import fmt_number, layer_colour, source_colour
 from ctxledger.adapters.web.controls import (
-    BY,
     MAX_FORM_BYTES,
     ControlForm,
     FormError,
@@ -49,6 +47,7 @@ from ctxledger.adapters.web.controls import (
     parse_form,
     parse_memory_control,
 )
+from ctxledger.adapters.web.headers import SecurityHeaders
 from ctxledger.domain.errors import (
     ConflictError,
     CtxLedgerError,
@@ -65,24 +64,15 @@ __all__ = ["create_app", "display_url"]
 
 _TITLES = {
     400: "Bad request",
+    401: "Access token required",
     403: "Forbidden",
     404: "Not found",
     405: "Method not allowed",
     409: "Conflict",
+    421: "Misdirected request",
     500: "Server error",
     503: "Ledger unavailable",
 }
-_SECURITY_HEADERS = (
-    (
-        "content-security-policy",
-        "default-src 'none'; style-src 'self'; img-src 'self' data:; form-action 'self'; "
-        "frame-ancestors 'none'; base-uri 'none'",
-    ),
-    ("x-content-type-options", "nosniff"),
-    ("x-frame-options", "DENY"),
-    ("referrer-policy", "same-origin"),
-    ("cache-control", "no-store"),
-)
 
 
 def display_url(url: str) -> str:
@@ -93,25 +83,11 @@ def display_url(url: str) -> str:
     return url
 
 
-class _SecurityHeaders:
-    """Adds a strict CSP (no scripts at all) and friends to every response."""
+class _InspectorApp(Starlette):
+    """Starlette with the security headers outside everything, the 500 page included."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
-        async def send_with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in _SECURITY_HEADERS:
-                    headers.setdefault(name, value)
-            await send(message)
-
-        await self.app(scope, receive, send_with_headers)
+    def build_middleware_stack(self) -> ASGIApp:
+        return SecurityHeaders(super().build_middleware_stack())
 
 
 class _Backend:
@@ -154,7 +130,7 @@ class _Backend:
         finally:
             catalog.close()
 
-    def control(self, agent_id: str, form: ControlForm) -> int | None:
+    def control(self, agent_id: str, form: ControlForm, actor: str) -> int | None:
         """Check the control against the read models, then append through the engine."""
         needs_memory = form.action == "promote"
         with (
@@ -164,12 +140,12 @@ class _Backend:
             engine = self._engine(memory)
             engine.agent(agent_id)
             check_item(engine.pool(agent_id), form)
-            return apply_control(engine, control_of(agent_id, form)).generation
+            return apply_control(engine, control_of(agent_id, form, actor)).generation
 
-    def memory_control(self, form: ControlForm) -> None:
+    def memory_control(self, form: ControlForm, actor: str) -> None:
         """Verify one memory entry through the engine (catalog and MemoryVerified event)."""
         with self._write_lock, self._memory() as memory:
-            self._engine(memory).verify_memory(form.memory_id, by=BY)
+            self._engine(memory).verify_memory(form.memory_id, by=actor)
 
     def close(self) -> None:
         self.ledger.close()
@@ -244,7 +220,7 @@ def _environment(
 
 async def _read_body(request: Request) -> bytes:
     length = request.headers.get("content-length")
-    if length is not None and (not length.isdigit() or int(length) > MAX_FORM_BYTES):
+    if length is not None and (not _is_number(length) or int(length) > MAX_FORM_BYTES):
         raise FormError(400, f"the form is larger than {MAX_FORM_BYTES} bytes")
     chunks: list[bytes] = []
     size = 0
@@ -256,11 +232,16 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
+def _is_number(raw: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts ``²`` and ``①``, which ``int`` refuses."""
+    return raw.isascii() and raw.isdigit()
+
+
 def _int_param(request: Request, name: str) -> int | None:
     raw = request.query_params.get(name)
     if raw is None or raw == "":
         return None
-    if not raw.isdigit() or len(raw) > 9:
+    if not _is_number(raw) or len(raw) > 9:
         raise FormError(400, f"{name} must be a generation number, not {raw[:20]!r}")
     return int(raw)
 
@@ -271,14 +252,15 @@ def create_app(
     catalog: str | os.PathLike[str] | None = None,
     read_only: bool = False,
     token: str | None = None,
-    allowed_hosts: Sequence[str] | None = None,
+    access: Access | None = None,
 ) -> Starlette:
     """The inspector app over the ledger at *store_url*.
 
     ``token`` is the per-server secret every control form carries (random when not given);
-    ``read_only`` hides the controls and refuses every POST with 403; ``allowed_hosts``
-    (when given) refuses requests whose Host header names another host, which closes DNS
-    rebinding against a loopback server. The ledger opens now, so a bad URL fails here."""
+    ``read_only`` hides the controls and refuses every POST with 403; ``access`` (from
+    ``access_for_bind``: ``ctxledger serve`` always passes one) refuses a Host the bind does
+    not answer to, which closes DNS rebinding, and requests without the access token. The
+    ledger opens now, so a bad URL fails here."""
     if token is not None and len(token) < 16:
         raise InvalidInputError("the CSRF token must be at least 16 characters")
     secret = token or secrets.token_urlsafe(32)
@@ -382,7 +364,7 @@ def create_app(
     async def control(request: Request) -> Response:
         form = parse_control(await checked_form(request))
         agent_id: str = request.path_params["agent_id"]
-        started = await run_in_threadpool(backend.control, agent_id, form)
+        started = await run_in_threadpool(backend.control, agent_id, form, actor_of(request.scope))
         if form.next and started is None:
             target = form.next
         elif started is not None:
@@ -394,7 +376,7 @@ def create_app(
     async def memory_control(request: Request) -> Response:
         fields = await checked_form(request)
         form = parse_memory_control(fields)
-        await run_in_threadpool(backend.memory_control, form)
+        await run_in_threadpool(backend.memory_control, form, actor_of(request.scope))
         return RedirectResponse("/memory", status_code=303)
 
     async def on_http_error(request: Request, exc: Exception) -> Response:
@@ -417,10 +399,26 @@ def create_app(
         finally:
             backend.close()
 
-    middleware = [Middleware(_SecurityHeaders)]
-    if allowed_hosts:
-        middleware.append(Middleware(TrustedHostMiddleware, allowed_hosts=list(allowed_hosts)))
-    app = Starlette(
+    def refuse(
+        request: Request, status: int, reason: str, headers: dict[str, str] | None
+    ) -> Response:
+        """A refusal before authentication: the error page without the store's name."""
+        context = {
+            "page": "refused",
+            "status": status,
+            "title": _TITLES.get(status, "Error"),
+            "reason": reason,
+            "position": None,
+        }
+        return render(request, "error.html", context, status, headers)
+
+    async def on_unexpected(request: Request, _exc: Exception) -> Response:
+        return error_page(request, 500, "an unexpected error; see the server's log")
+
+    middleware = []
+    if access is not None:
+        middleware.append(Middleware(AccessGuard, access=access, refuse=refuse))
+    app = _InspectorApp(
         routes=[
             Route("/", index, methods=["GET"]),
             Route("/cache", cache, methods=["GET"]),
@@ -437,6 +435,7 @@ def create_app(
             HTTPException: on_http_error,
             FormError: on_form_error,
             CtxLedgerError: on_ledger_error,
+            Exception: on_unexpected,
         },
         lifespan=lifespan,
     )

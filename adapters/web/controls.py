@@ -45,8 +45,7 @@ _FIELDS: Final = frozenset(
     {"csrf_token", "action", "item_id", "memory_id", "reason", "evidence", "next"}
 )
 _LIMITS: Final = {"item_id": 200, "memory_id": 80, "reason": 200, "evidence": 500, "next": 500}
-BY: Final = "web-inspector"
-MANUAL_REASON: Final = "manual (web inspector)"
+MANUAL_REASON: Final = "no reason given"
 
 
 class FormError(Exception):
@@ -182,22 +181,24 @@ def check_item(pool: AgentPool, form: ControlForm) -> None:
         raise FormError(400, f"item {form.item_id[:80]!r} is pinned or mandatory; unpin it first")
 
 
-def control_of(agent_id: str, form: ControlForm) -> Control:
-    """The control struct of a validated form (``apply_control`` appends its events)."""
+def control_of(agent_id: str, form: ControlForm, actor: str) -> Control:
+    """The control struct of a validated form (``apply_control`` appends its events). The
+    *actor* (``web-inspector@address[#session]``) is the ``by`` of pin, unpin and verify; a
+    remove, refresh or rebuild, which record no ``by``, carry it in their reason."""
+    reason = f"{form.reason or MANUAL_REASON} (by {actor})"
     match form.action:
         case "refresh":
-            return Refresh(agent_id=agent_id, reason=form.reason or MANUAL_REASON)
+            return Refresh(agent_id=agent_id, reason=reason)
         case "rebuild":
-            return Rebuild(agent_id=agent_id, reason=form.reason or "web inspector")
+            return Rebuild(agent_id=agent_id, reason=reason)
         case "pin":
-            return Pin(agent_id=agent_id, item_id=form.item_id, by=BY)
+            return Pin(agent_id=agent_id, item_id=form.item_id, by=actor)
         case "unpin":
-            return Unpin(agent_id=agent_id, item_id=form.item_id, by=BY)
+            return Unpin(agent_id=agent_id, item_id=form.item_id, by=actor)
         case "remove":
-            reason = form.reason or MANUAL_REASON
             return Remove(agent_id=agent_id, item_id=form.item_id, reason=reason)
         case "verify":
-            return Verify(agent_id=agent_id, item_id=form.item_id, by=BY, evidence=form.evidence)
+            return Verify(agent_id=agent_id, item_id=form.item_id, by=actor, evidence=form.evidence)
         case "promote":  # the body goes to the catalog, the ledger gets MemoryPromoted
             return Promote(agent_id=agent_id, item_id=form.item_id)
         case _:

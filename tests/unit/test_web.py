@@ -17,6 +17,7 @@ from ctxledger.adapters.cli_inspect import read_states
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.web import create_app
+from ctxledger.adapters.web.access import access_for_bind
 from ctxledger.adapters.web.app import display_url
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError, StoreURLError
@@ -288,7 +289,9 @@ def test_pin_appends_item_pinned_and_redirects_back(client: TestClient, store: E
     new = events_after(store, start)
     assert len(new) == 1
     assert isinstance(new[0], ev.ItemPinned)
-    assert (new[0].agent_id, new[0].item_id, new[0].by) == (AGENT, store.finding, "web-inspector")
+    # the actor names the remote address (TestClient's client is "testclient")
+    expected = (AGENT, store.finding, "web-inspector@testclient")
+    assert (new[0].agent_id, new[0].item_id, new[0].by) == expected
     assert states_of(store).pool.by_agent[AGENT].items[store.finding].pinned
 
 
@@ -475,12 +478,12 @@ def test_get_on_the_control_route_is_405(client: TestClient) -> None:
     assert "POST" in r.headers["allow"]
 
 
-def test_allowed_hosts_refuse_a_rebound_host_name(store: EngineStore) -> None:
-    app = create_app(store.url, token=TOKEN, allowed_hosts=["127.0.0.1", "localhost"])
+def test_a_loopback_bind_refuses_a_rebound_host_name(store: EngineStore) -> None:
+    app = create_app(store.url, token=TOKEN, access=access_for_bind("127.0.0.1", 8765, None))
     with TestClient(app, base_url="http://127.0.0.1:8765") as c:
         assert c.get("/").status_code == 200
     with TestClient(app, base_url="http://attacker.example") as c:
-        assert c.get("/").status_code == 400
+        assert c.get("/").status_code == 421
 
 
 def test_each_server_gets_its_own_random_token(store: EngineStore) -> None:
