@@ -15,6 +15,7 @@ from rich.table import Table
 from ctxledger.adapters.ledger import Ledger, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.rederive import RederiveReport, rederive
+from ctxledger.domain.chain import ChainCheck
 from ctxledger.domain.errors import CtxLedgerError, UnknownAgentError
 from ctxledger.projections.audit import Violation
 from ctxledger.projections.audit import audit as audit_records
@@ -254,12 +255,51 @@ RederiveOpt = Annotated[
 ]
 
 
-def audit(store: StoreOpt, as_json: JsonOpt = False, rederive_builds: RederiveOpt = False) -> None:
-    """Replay the whole log and check every invariant; exit 1 listing each violation."""
+HeadsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--heads",
+        help="Also print every stream's head (last version and link): publish them to anchor "
+        "the hash chains against a rewrite of the whole file.",
+    ),
+]
+
+
+def _tamper_violations(chains: ChainCheck) -> list[Violation]:
+    return [
+        Violation(
+            position=t.position,
+            rule=t.kind if t.kind == "agent_mismatch" else f"chain_{t.kind}",
+            detail=f"{t.stream_id} v{t.version}: {t.detail}",
+        )
+        for t in chains.tampered
+    ]
+
+
+def audit(
+    store: StoreOpt,
+    as_json: JsonOpt = False,
+    rederive_builds: RederiveOpt = False,
+    heads: HeadsOpt = False,
+) -> None:
+    """Replay the whole log and check every invariant and every stream's hash chain; exit 1
+    listing each violation."""
     with open_ledger(store, must_exist=True) as ledger:
         records = [(r.position, r.event) for r in ledger.read_all()]
+        chains = ChainCheck().feed(ledger.stored_rows())
         report = _rederive(ledger, len(records), quiet=as_json) if rederive_builds else None
-    violations = audit_records(records)
+    violations = sorted(
+        [*audit_records(records), *_tamper_violations(chains)], key=lambda v: v.position
+    )
+    chain_summary: dict[str, Any] = {
+        "chains": len(chains.streams),
+        "tampered": [msgspec.structs.asdict(v) for v in _tamper_violations(chains)],
+        "legacy_events": chains.legacy_events,
+    }
+    if heads:
+        chain_summary["heads"] = {
+            sid: {"version": v, "link": h} for sid, (v, h) in chains.heads.items()
+        }
     if as_json:
         if report is not None:
             _json(
@@ -273,12 +313,21 @@ def audit(store: StoreOpt, as_json: JsonOpt = False, rederive_builds: RederiveOp
                     "not_rederivable": report.not_rederivable,
                     "mismatch_details": report.mismatch_details,
                     "not_rederivable_reasons": report.not_rederivable_reasons,
+                    **chain_summary,
                 }
             )
         else:
-            _json({"events": len(records), "violations": violations, "clean": not violations})
+            _json(
+                {
+                    "events": len(records),
+                    "violations": violations,
+                    "clean": not violations,
+                    **chain_summary,
+                }
+            )
     else:
         _print_audit(len(records), violations, report)
+        _print_chains(chains, show_heads=heads)
     if violations:
         first = violations[0]
         raise AuditFailedError(
@@ -291,6 +340,21 @@ def audit(store: StoreOpt, as_json: JsonOpt = False, rederive_builds: RederiveOp
             f"{report.mismatches} builds re-derive differently; first: agent {m.agent_id} "
             f"generation {m.generation} ({m.pack_id}): {m.first_difference}"
         )
+
+
+def _print_chains(chains: ChainCheck, *, show_heads: bool) -> None:
+    broken = len({t.stream_id for t in chains.tampered if t.kind != "agent_mismatch"})
+    line = f"hash chains: {len(chains.streams)} streams, {broken} broken"
+    if chains.legacy_events:
+        line += f" · {chains.legacy_events} events predate the chain (not linked)"
+    console.print(line)
+    if show_heads:
+        t = Table(title="stream heads (publish these to anchor the chains)")
+        for col in ("stream", "version", "link"):
+            t.add_column(col, overflow="fold")
+        for sid, (version, head) in chains.heads.items():
+            t.add_row(sid, str(version), head)
+        console.print(t)
 
 
 def _rederive(ledger: Ledger, total: int, *, quiet: bool) -> RederiveReport:

@@ -31,6 +31,7 @@ from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file
+from ctxledger.domain.chain import chain_start, link, with_prev
 from ctxledger.domain.codec import decode_event, encode_checked
 from ctxledger.domain.errors import ConflictError, CtxLedgerError, StoreURLError
 from ctxledger.domain.events import EVENT_TYPES, Event
@@ -126,23 +127,24 @@ class Ledger:
             return []
         if not stream_id or len(stream_id) > 512:
             raise StoreURLError(f"invalid stream id {stream_id[:60]!r}")
-        stored = []
-        for offset, event in enumerate(events, start=1):
-            topic, payload = encode_checked(event)  # every event reads back, or nothing is stored
-            stored.append(
-                StoredEvent(
-                    originator_id=stream_id,
-                    originator_version=expected_version + offset,
-                    topic=topic,
-                    state=payload,
-                )
-            )
         with self._append_lock:
             # Versions only grow, so "current == expected" now plus the primary key on
             # (stream, version) at insert time leaves no gap and no silent interleaving.
-            current = self.stream_version(stream_id)
+            head = self._call(self._recorder.select_events, stream_id, desc=True, limit=1)
+            current = head[0].originator_version if head else 0
             if current != expected_version:
                 raise ConflictError(stream_id, expected_version, f"stream is at {current}")
+            prev = (
+                link(head[0].topic, current, bytes(head[0].state))
+                if head
+                else chain_start(stream_id)
+            )
+            stored: list[StoredEvent] = []
+            for version, event in enumerate(events, start=expected_version + 1):
+                topic, payload = encode_checked(event)  # reads back, or nothing is stored
+                payload = with_prev(payload, prev)
+                stored.append(StoredEvent(stream_id, version, topic, payload))
+                prev = link(topic, version, payload)
             try:
                 positions = self._call(self._recorder.insert_events, stored)
             except IntegrityError as exc:
@@ -182,6 +184,18 @@ class Ledger:
                 remaining -= len(rows)
             if len(rows) < page:
                 return
+
+    def stored_rows(self, *, page: int = _PAGE) -> Iterator[tuple[int, str, int, str, bytes]]:
+        """Every stored row as it is in the table, oldest first, undecoded: ``(position,
+        stream id, version, topic, payload)`` — what the tamper check digests."""
+        after = 0
+        while True:
+            rows = self._call(self._backend.select_rows, after, None, page, streams=True)
+            for position, stream_id, version, topic, state in rows:
+                yield position, str(stream_id), version, topic, bytes(state)
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
 
     def read_page(self, *, after: int = 0, limit: int = _PAGE, upto: int | None = None) -> Page:
         """Up to *limit* events after position *after* (and at most at *upto*), decoded whole:

@@ -54,7 +54,9 @@ __all__ = [
 class EventBase(
     msgspec.Struct, frozen=True, kw_only=True, tag=True, tag_field="type", omit_defaults=True
 ):
-    """Common shape: an aware timestamp passed in by the caller (never read from a clock here)."""
+    """Common shape: an aware timestamp passed in by the caller (never read from a clock here).
+    (The stored payload also carries ``prev``, the stream's hash-chain link: a storage field
+    that decoding ignores; see ``domain/chain.py``.)"""
 
     schema_version: ClassVar[int] = 1
     at: datetime

@@ -17,6 +17,7 @@ from ctxledger.domain.events import (
     GenerationRefreshed,
     ItemPinned,
     ItemRecorded,
+    ItemRemoved,
     ItemUnpinned,
     MemoryPromoted,
     RecallRendered,
@@ -56,6 +57,7 @@ class _Agent:
         "mandatory",
         "note_stages",
         "pinned",
+        "recorded",
         "registered",
         "stage",
     )
@@ -63,6 +65,7 @@ class _Agent:
     def __init__(self) -> None:
         self.generation = 1
         self.pinned: set[str] = set()
+        self.recorded: set[str] = set()  # every item id recorded for the agent
         self.mandatory: set[str] = set()  # stays forced through an unpin
         self.decisions: dict[str, Decision] = {}
         self.context_limit_pending = False
@@ -98,7 +101,9 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
     - ``refresh_without_cause``: a context-limit refresh with no context-limit error since the
       last successful turn (the refresh ladder may refresh several times for one error);
     - ``generation_gap``: generation numbers that are not contiguous;
-    - ``unknown_agent``: events for an agent never registered.
+    - ``unknown_agent``: events for an agent never registered;
+    - ``unknown_item``: a pin, unpin, removal or verification of an item never recorded for
+      that agent.
     """
     agents: dict[str, _Agent] = {}
     out: list[Violation] = []
@@ -111,6 +116,10 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
             a.registered = True
         return a
 
+    def unknown_item(pos: int, a: _Agent, aid: str, item_id: str) -> None:
+        if item_id not in a.recorded:
+            out.append(Violation(position=pos, rule="unknown_item", agent_id=aid, detail=item_id))
+
     for pos, event in records:
         match event:
             case AgentRegistered(agent=identity):
@@ -118,6 +127,7 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                 a.registered = True
             case ItemRecorded(agent_id=aid, item=item) | SteeringNoteAdded(agent_id=aid, item=item):
                 a = agent(pos, aid)
+                a.recorded.add(item.id)
                 steering = type(event) is SteeringNoteAdded or item.source == Source.STEERING_NOTE
                 if item.pinned or item.mandatory or steering:
                     a.pinned.add(item.id)
@@ -148,16 +158,21 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                         )
                     )
             case ItemPinned(agent_id=aid, item_id=iid):
-                agent(pos, aid).pinned.add(iid)
+                a = agent(pos, aid)
+                unknown_item(pos, a, aid, iid)
+                a.pinned.add(iid)
             case ItemUnpinned(agent_id=aid, item_id=iid):
                 a = agent(pos, aid)
+                unknown_item(pos, a, aid, iid)
                 if iid not in a.mandatory:
                     a.pinned.discard(iid)
+            case ItemRemoved(agent_id=aid, item_id=iid):
+                unknown_item(pos, agent(pos, aid), aid, iid)
             case ContextBuildingStarted(agent_id=aid, stage_id=stage):
                 if (known := agents.get(aid)) is not None:
                     known.stage = stage
-            case FindingVerified(agent_id=aid):
-                agent(pos, aid)
+            case FindingVerified(agent_id=aid, item_id=iid):
+                unknown_item(pos, agent(pos, aid), aid, iid)
             case MemoryPromoted(verified=True):
                 out.append(
                     Violation(position=pos, rule="unverified_as_verified", detail=event.memory_id)
