@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -26,6 +27,9 @@ app = typer.Typer(
     help="ctxledger: the event-sourced context engine for LLM coding agents.",
 )
 console = Console()
+
+DEBUG_ENV = "CTXLEDGER_DEBUG"
+"""Set to show the traceback of an unexpected failure instead of its one line."""
 
 StoreOpt = Annotated[
     str,
@@ -219,6 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except exits as exc:
         return int(getattr(exc, "exit_code", 0) or 0)
+    except Exception as exc:  # a failure nothing above names (a bug, the OS): still one line
+        if os.environ.get(DEBUG_ENV):
+            raise
+        detail = " ".join(str(exc).split())[:300]
+        sys.stderr.write(
+            f"ctxledger: error: {type(exc).__name__}: {detail} "
+            f"(unexpected; {DEBUG_ENV}=1 shows the traceback)\n"
+        )
+        return 1
     return code if isinstance(code, int) else 0
 
 

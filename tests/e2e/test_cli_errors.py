@@ -162,3 +162,17 @@ def test_the_installed_typer_is_inside_the_tested_range() -> None:
     ]
     assert typer_req.specifier, "typer needs a tested version range"
     assert version("typer") in typer_req.specifier
+
+
+def test_an_unexpected_failure_is_one_line_unless_debugging(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("a file where a directory should be\n")
+    out = ctxledger("demo", "--path", "afile/demo.db", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "Traceback" not in out.stderr
+    assert out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("ctxledger: error: ")
+    assert "afile" in out.stderr
+    assert "CTXLEDGER_DEBUG=1" in out.stderr
+    debug = ctxledger("demo", "--path", "afile/demo.db", cwd=tmp_path, env={"CTXLEDGER_DEBUG": "1"})
+    assert debug.returncode == 1
+    assert "Traceback (most recent call last)" in debug.stderr
