@@ -260,7 +260,8 @@ def test_pin_an_item_through_the_form_and_see_the_event(demo: Path, page: Page) 
         assert len(new) == 1
         pinned = new[0]
         assert isinstance(pinned, ev.ItemPinned)
-        assert (pinned.agent_id, pinned.item_id, pinned.by) == (AGENT, item_id, "web-inspector")
+        expected = (AGENT, item_id, "web-inspector@127.0.0.1")  # the actor names the address
+        assert (pinned.agent_id, pinned.item_id, pinned.by) == expected
         same = page.locator(f'table[data-testid="included-items"] tr[data-item-id="{item_id}"]')
         assert same.locator('button[data-action="unpin"]').count() == 1
         assert "pinned" in same.inner_text()
