@@ -77,7 +77,7 @@ def _prepare(root: Path) -> tuple[Path, Path, Path]:
     ledger_path = root / "demo.db"
     catalog_path = root / "catalog.db"
     for p in (ledger_path, catalog_path):
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", "-locks"):
             Path(f"{p}{suffix}").unlink(missing_ok=True)
     workspace = root / "demo-workspace"
     shutil.rmtree(workspace, ignore_errors=True)
@@ -92,7 +92,7 @@ def run_demo(path: Path, *, console: Console, as_json: bool = False) -> dict[str
     ledger_path, catalog_path, workspace = _prepare(path.parent)
     if path.name != "demo.db":
         ledger_path = path
-        for suffix in ("", "-wal", "-shm"):
+        for suffix in ("", "-wal", "-shm", "-locks"):
             Path(f"{ledger_path}{suffix}").unlink(missing_ok=True)
     url = f"sqlite:///{ledger_path}"
     say = (lambda *_: None) if as_json else console.print

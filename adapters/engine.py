@@ -92,6 +92,8 @@ class EngineSettings:
     watermark: float = DEFAULT_WATERMARK
     max_refreshes: int = 3
     conflict_retries: int = 8
+    lock_timeout_s: float = 30.0
+    """How long a writer waits for another writer of the same stream before a ConflictError."""
     save_every: int = 500
 
 
@@ -231,19 +233,25 @@ class ContextEngine:
         that version; on a conflict back off (jittered) and decide again on the new state."""
         retries = self.settings.conflict_retries
         for attempt in range(retries):
-            # The version first, then catch up: the decision rests on every event up to that
-            # version, so a stream another process moved meanwhile is a conflict, never a
-            # silent interleave of two processes' decisions.
-            version = self.ledger.stream_version(stream)
-            self.runner.catch_up()
-            events = list(decide(version))
-            if not events:
-                return []
-            try:
-                self.ledger.append(stream, events, expected_version=version)
-            except ConflictError:
-                if attempt == retries - 1:
-                    raise
+            # Writers of one stream take turns (a lock per stream, across processes and,
+            # on PostgreSQL, machines). Under it: the version first, then catch up, so the
+            # decision rests on every event up to that version; a writer that does not
+            # lock is still caught by the version check (a conflict, never an interleave).
+            with self.ledger.stream_lock(stream, timeout=self.settings.lock_timeout_s):
+                version = self.ledger.stream_version(stream)
+                self.runner.catch_up()
+                events = list(decide(version))
+                if not events:
+                    return []
+                try:
+                    self.ledger.append(stream, events, expected_version=version)
+                except ConflictError:
+                    if attempt == retries - 1:
+                        raise
+                    conflicted = True
+                else:
+                    conflicted = False
+            if conflicted:
                 time.sleep(random.uniform(0, 0.002 * 2**attempt))
                 continue
             self._appended(len(events))
@@ -620,6 +628,28 @@ class ContextEngine:
         """Started (its own commit), then the outcome; anything that raises in between ends
         the build in Failed (or Interrupted), never in nothing."""
         stream = self._stream(agent_id)
+        with self.ledger.stream_lock(stream, timeout=self.settings.lock_timeout_s):
+            return self._build_locked(
+                stream,
+                agent_id,
+                request,
+                overrides=overrides,
+                latest_user_input=latest_user_input,
+                force_rebuild=force_rebuild,
+            )
+
+    def _build_locked(
+        self,
+        stream: str,
+        agent_id: str,
+        request: BuildRequest,
+        *,
+        overrides: tuple[str, ...],
+        latest_user_input: str,
+        force_rebuild: str,
+    ) -> BuildResult:
+        """``_build`` with the stream held: its two commits are not interleaved by another
+        engine's writes (a writer that does not lock still supersedes it, caught below)."""
         for attempt in range(self.settings.conflict_retries):
             started, at_version = self._start(stream, agent_id, request, overrides, force_rebuild)
             try:

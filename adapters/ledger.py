@@ -31,6 +31,13 @@ from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file
+from ctxledger.adapters.stream_locks import (
+    DEFAULT_TIMEOUT_S,
+    FileStreamLocks,
+    LocalStreamLocks,
+    PgStreamLocks,
+    StreamLocks,
+)
 from ctxledger.domain.chain import chain_start, link, with_prev
 from ctxledger.domain.codec import decode_event, encode_checked
 from ctxledger.domain.errors import ConflictError, CtxLedgerError, StoreURLError
@@ -92,6 +99,10 @@ class _Backend(Protocol):
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None: ...
 
+    def stream_locks(self) -> StreamLocks:
+        """The per-stream writer locks of this store (see ``adapters/stream_locks.py``)."""
+        ...
+
     def save_projections(self, states: dict[str, bytes], position: int) -> None: ...
 
     def wait_for_new(self, timeout: float) -> None: ...
@@ -107,6 +118,16 @@ class Ledger:
         self._backend = backend
         self._recorder = backend.recorder
         self._append_lock = threading.Lock()
+        self._locks: StreamLocks | None = None
+
+    def stream_lock(
+        self, stream_id: str, *, timeout: float = DEFAULT_TIMEOUT_S
+    ) -> contextlib.AbstractContextManager[None]:
+        """Hold *stream_id* against other writers (threads, processes, machines) for a
+        read–decide–append section; re-entrant; ConflictError after *timeout* seconds."""
+        if self._locks is None:
+            self._locks = self._backend.stream_locks()
+        return self._locks.hold(stream_id, timeout)
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -253,6 +274,8 @@ class Ledger:
         self._call(self._backend.save_projections, states, position)
 
     def close(self) -> None:
+        if self._locks is not None:
+            self._locks.close()
         self._backend.close()
 
     def __enter__(self) -> Ledger:
@@ -342,6 +365,9 @@ class _MemoryBackend:
         with self._lock:
             return self._projections.get(name)
 
+    def stream_locks(self) -> StreamLocks:
+        return LocalStreamLocks()
+
     def save_projections(self, states: dict[str, bytes], position: int) -> None:
         with self._lock:
             self._projections.update({k: (position, v) for k, v in states.items()})
@@ -355,6 +381,7 @@ class _MemoryBackend:
 
 class _SQLiteBackend:
     def __init__(self, path: str) -> None:
+        self.path = path
         self.datastore = SQLiteDatastore(
             path, lock_timeout=60, originator_id_type="text", pool_size=2, max_overflow=4
         )
@@ -366,6 +393,9 @@ class _SQLiteBackend:
                 f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
                 "name TEXT PRIMARY KEY, position INTEGER NOT NULL, state BLOB NOT NULL)"
             )
+
+    def stream_locks(self) -> StreamLocks:
+        return FileStreamLocks(self.path)
 
     def select_rows(
         self, after: int, upto: int | None, limit: int, *, streams: bool
@@ -455,6 +485,14 @@ class _PostgresBackend:
         self.recorder: ApplicationRecorder = recorder
         self._channel = recorder.channel_name
         self._listener: Any = None
+
+    def stream_locks(self) -> StreamLocks:
+        import psycopg
+
+        conninfo = self._conninfo
+        return PgStreamLocks(
+            lambda: psycopg.connect(**conninfo, autocommit=True, connect_timeout=10)
+        )
 
     def select_rows(
         self, after: int, upto: int | None, limit: int, *, streams: bool
