@@ -24,6 +24,7 @@ from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.ledger import Ledger, open_ledger, stream_id_for
 from ctxledger.adapters.project_memory import ProjectMemory, memory_stream
 from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.secret_scan import SecretScanner
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
 from ctxledger.domain.build_policy import (
@@ -43,6 +44,7 @@ from ctxledger.domain.errors import (
     ConflictError,
     CtxLedgerError,
     InvalidInputError,
+    SecretRefusedError,
     UnknownAgentError,
 )
 from ctxledger.domain.model import (
@@ -52,6 +54,7 @@ from ctxledger.domain.model import (
     Item,
     Layer,
     Source,
+    content_hash,
     item_id_for,
 )
 from ctxledger.domain.ports import Clock, TokenCounter
@@ -59,7 +62,7 @@ from ctxledger.domain.prompt import PromptParts, render_item
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.render import to_anthropic, to_openai
 from ctxledger.domain.request import BuildRequest, Scope
-from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings
+from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings, SecretPolicy
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
 from ctxledger.projections.build_view import (
@@ -140,8 +143,10 @@ class ContextEngine:
         settings: EngineSettings | None = None,
         memory: ProjectMemory | None = None,
         runner: ProjectionRunner | None = None,
+        scanner: SecretScanner | None = None,
     ) -> None:
         self.ledger = ledger
+        self._scanner = scanner
         self.memory = memory
         self.counter = counter or default_counter()
         self.clock = clock or SystemClock()
@@ -314,6 +319,7 @@ class ContextEngine:
         recall: bool | None = None,
         watermark: float | None = None,
         latest_step: bool | None = None,
+        secrets: SecretPolicy | None = None,
         by: str = "",
     ) -> AgentSettings:
         """Change the agent's settings (recorded as ``AgentConfigured``); every later build,
@@ -329,6 +335,7 @@ class ContextEngine:
                 ("recall", recall),
                 ("watermark", watermark),
                 ("latest_step", latest_step),
+                ("secrets", secrets),
             )
             if v is not None
         }
@@ -347,6 +354,60 @@ class ContextEngine:
         return result[0]
 
     # --- items ----------------------------------------------------------------------------------
+
+    @property
+    def scanner(self) -> SecretScanner:
+        """The secret scanner items are screened with (the memory intake's; built on first use:
+        it compiles the detect-secrets plugins)."""
+        if self._scanner is None:
+            self._scanner = SecretScanner()
+        return self._scanner
+
+    def _screened(self, agent_id: str, items: Sequence[Item]) -> list[Item]:
+        """The items as the agent's secrets policy lets them be recorded: every credential in
+        the content, the tool signature and the task replaced by a typed marker and the kinds
+        noted in ``redacted`` (``redact``; an id derived from the content is derived again
+        from the redacted content), ``SecretRefusedError`` before anything is written
+        (``refuse``), or as given (``allow``)."""
+        policy = self.agent(agent_id).settings.secrets
+        if policy == "allow":
+            return list(items)
+        screened: list[Item] = []
+        for item in items:
+            content, kinds = self.scanner.redact(item.content)
+            signature, signature_kinds = self.scanner.redact(item.tool_signature)
+            task, task_kinds = self.scanner.redact(item.task)
+            found = tuple(dict.fromkeys(kinds + signature_kinds + task_kinds))
+            if not found:
+                screened.append(item)
+                continue
+            if policy == "refuse":
+                raise SecretRefusedError(agent_id, found)
+            redacted = msgspec.structs.replace(
+                item,
+                id=self._redacted_id(item, content),
+                content=content,
+                tool_signature=signature,
+                task=task,
+                redacted=tuple(dict.fromkeys(item.redacted + found)),
+            )
+            screened.append(self._sized(redacted) if content != item.content else redacted)
+        return screened
+
+    def _redacted_id(self, item: Item, content: str) -> str:
+        """The id of *item* once its content is redacted: a content-addressed id (this engine's
+        or an importer's ``kind.<hash prefix>``) is derived from the redacted content, so the
+        id cannot confirm a guessed secret; an id that itself holds a credential is replaced;
+        any other caller id is kept."""
+        if item.id == item_id_for(item.layer, item.source, item.content):
+            return item_id_for(item.layer, item.source, content)
+        before, after = content_hash(item.content), content_hash(content)
+        for n in (64, 32, 24, 16, 12):
+            if before[:n] in item.id:
+                return item.id.replace(before[:n], after[:n])
+        if self.scanner.findings(item.id):
+            return item_id_for(item.layer, item.source, content)
+        return item.id
 
     def _sized(self, item: Item) -> Item:
         """The item with its token count as rendered in a prompt (header and spacing included),
@@ -391,6 +452,7 @@ class ContextEngine:
             it = self.make_item(agent_id, item, **kwargs)
         if it.token_count == 0 and it.content:
             it = self._sized(it)
+        [it] = self._screened(agent_id, [it])
         check_recordable(it)
         self._append_agent(
             agent_id, lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=it)]
@@ -398,18 +460,21 @@ class ContextEngine:
         return it
 
     @checked
-    def record_many(self, agent_id: str, items: Sequence[Item]) -> None:
-        """Record several items in one append."""
+    def record_many(self, agent_id: str, items: Sequence[Item]) -> list[Item]:
+        """Record several items in one append (all or none); returns them as recorded (ids and
+        content redacted by the agent's secrets policy)."""
         self.agent(agent_id)
         for i in items:
             check_struct(i, "item")
         ready = [i if i.token_count or not i.content else self._sized(i) for i in items]
+        ready = self._screened(agent_id, ready)
         for i in ready:
             check_recordable(i)
         self._append_agent(
             agent_id,
             lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready],
         )
+        return ready
 
     @checked
     def add_steering_note(self, agent_id: str, text: str, *, stage: str = "") -> Item:
@@ -425,6 +490,7 @@ class ContextEngine:
             durability=Durability.DURABLE,
             observed_at=None,
         )
+        [item] = self._screened(agent_id, [item])
         self._append_agent(
             agent_id, lambda: [ev.SteeringNoteAdded(at=self._now(), agent_id=agent_id, item=item)]
         )

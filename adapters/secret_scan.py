@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
+import bisect
 import re
 from collections.abc import Iterator
-from typing import Final
+from typing import Final, NamedTuple
 
 from detect_secrets.filters import heuristic
 from detect_secrets.plugins.aws import AWSKeyDetector
@@ -33,7 +36,7 @@ from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
-__all__ = ["DEFAULT_MAX_SCAN_CHARS", "SecretScanner"]
+__all__ = ["DEFAULT_MAX_SCAN_CHARS", "Finding", "SecretScanner", "redaction_marker"]
 
 DEFAULT_MAX_SCAN_CHARS: Final = 256 * 1024
 """Longest text the scanner accepts; callers refuse longer text without scanning it."""
@@ -61,6 +64,82 @@ _EXTRA_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
     ),
 )
 
+
+# The record-time scan (``findings``) runs the same shapes, written so that Python's regex
+# engine can jump to a literal prefix (a leading \b or (?i:) makes it try every position,
+# 10x slower): word boundaries are checked after a match, and case-insensitive rules run on
+# the lower-cased text. Plus shapes the intake leaves to detect-secrets, which gives no span
+# for them or misses them unquoted and lower-case.
+class _Rule(NamedTuple):
+    kind: str
+    pattern: re.Pattern[str]
+    lower: bool = False  # matched on text.lower()
+    boundary: bool = False  # the match must not follow a word character
+    shaped: bool = False  # a fixed-prefix token: also searched across joined line breaks
+
+
+_SPAN_RULES: Final[tuple[_Rule, ...]] = (
+    _Rule("github fine-grained token", re.compile(r"github_pat_[A-Za-z0-9_]{20,}"), shaped=True),
+    _Rule("github token", re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"), boundary=True, shaped=True),
+    _Rule(
+        "openai key",
+        re.compile(r"sk-(?:proj-|svcacct-|admin-|ant-[a-z0-9]+-)?[A-Za-z0-9_-]{20,}"),
+        boundary=True,
+        shaped=True,
+    ),
+    _Rule("slack token", re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}"), boundary=True, shaped=True),
+    _Rule(
+        "aws access key",
+        re.compile(r"A(?:KIA|SIA|BIA|CCA)[0-9A-Z]{16}(?![0-9A-Za-z_])"),
+        boundary=True,
+        shaped=True,
+    ),
+    _Rule("google api key", re.compile(r"AIza[0-9A-Za-z_-]{35}"), boundary=True, shaped=True),
+    _Rule("private key", re.compile(r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")),
+    _Rule(
+        "bearer token",
+        re.compile(r"bearer[ \t]+([a-z0-9._~+/-]{16,}=*)"),
+        lower=True,
+        boundary=True,
+    ),
+    _Rule(
+        "json web token",
+        re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
+        boundary=True,
+        shaped=True,
+    ),
+    _Rule("stripe key", re.compile(r"[rs]k_live_[0-9A-Za-z]{20,}"), boundary=True, shaped=True),
+    _Rule(
+        "credential assignment",
+        re.compile(
+            r"(?:password|passwd|pwd|secret|token|api_?key|access_?key|private_?key|auth_?key)"
+            r"[a-z0-9_.-]{0,40}['\"]?[ \t]*[=:][ \t]*['\"]?"
+            r"([^\s'\",;(){}\[\]<>]{8,200})(?=$|[\s'\",;])"
+        ),
+        lower=True,
+    ),
+    _Rule("password in URL", re.compile(r"://[^\s:@/]{1,100}:([^\s@/]{4,200})@")),
+)
+_SHAPED_RULES: Final = tuple(r for r in _SPAN_RULES if r.shaped)
+_WORD_CHAR = re.compile(r"\w")
+_TOKEN_CHARS = "A-Za-z0-9+/=_-"
+_TOKEN_CHAR = re.compile(rf"[{_TOKEN_CHARS}]")
+_BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")
+_PEM_BODY_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/=]{8,}[ \t]*(?:\r?\n|$)")
+# Candidate base64 runs (standard or URL-safe alphabet) decoded and scanned once more.
+_B64_RUN = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
+_MAX_DECODED_RUNS: Final = 2000
+_MAX_REDACTION_ROUNDS: Final = 4
+# A line goes to the detect-secrets plugins only if it has something a plugin could match: a
+# credential word, a URL with user info, or a long run of token characters (every specific
+# plugin's shape is at least 20 such characters; the entropy plugin needs more).
+_PLUGIN_WORD = re.compile(r"pass|pwd|secret|token|key|auth|cred|cloudant|softlayer|://")
+_PLUGIN_RUN = re.compile(rf"[{_TOKEN_CHARS}]{{20,}}")
+# Keyword values that are words joined by - or _ ("test-secret-key", "not_a_secret") are
+# placeholders, not credentials.
+_WORDY = re.compile(r"[A-Za-z]+(?:[-_.][A-Za-z]+)+")
+
 # Rules whose match only counts when it looks random (mixed letters and digits), so that
 # kebab-case words ("sk-learn-compatible-estimator") and prose ("Bearer authentication") pass.
 _NEEDS_MIXED: Final = frozenset({"openai key", "bearer token", "credential assignment"})
@@ -73,6 +152,91 @@ _PLACEHOLDER_START: Final = ("$", "<", "{", "%", "*", "xxx", "XXX")
 # its regexes backtrack cubically over one long \w run ("password" * 10000).
 _MAX_WORD_RUN: Final = 64
 _LONG_WORD_RUN = re.compile(rf"\w{{{_MAX_WORD_RUN + 1},}}")
+
+
+class Finding(NamedTuple):
+    """A credential found in a text: its kind and where it is (``text[start:end]``)."""
+
+    kind: str
+    start: int
+    end: int
+
+
+def redaction_marker(kind: str, length: int) -> str:
+    """The typed marker that replaces a secret of *kind* and *length* characters."""
+    return f"[secret: {kind}, {length} chars]"
+
+
+def _merge(found: list[Finding]) -> list[Finding]:
+    merged: list[Finding] = []
+    for f in sorted(found, key=lambda f: (f.start, -f.end)):
+        if merged and f.start < merged[-1].end:
+            last = merged[-1]
+            if f.end > last.end:
+                merged[-1] = Finding(last.kind, last.start, f.end)
+            continue
+        merged.append(f)
+    return merged
+
+
+def _joined(text: str) -> tuple[str, list[int], list[int]]:
+    """*text* with line breaks inside tokens removed, and the map back: for the k-th cut,
+    the joined offset where it was and the characters removed before it (cumulative)."""
+    at: list[int] = []
+    removed: list[int] = []
+    parts: list[str] = []
+    last = 0
+    gone = 0
+    for match in _BREAK.finditer(text):
+        if not (
+            match.start() > 0
+            and match.end() < len(text)
+            and _TOKEN_CHAR.match(text, match.start() - 1)
+            and _TOKEN_CHAR.match(text, match.end())
+        ):
+            continue
+        parts.append(text[last : match.start()])
+        at.append(match.start() - gone)
+        gone += match.end() - match.start()
+        removed.append(gone)
+        last = match.end()
+    if not at:
+        return text, at, removed
+    parts.append(text[last:])
+    return "".join(parts), at, removed
+
+
+def _original(pos: int, at: list[int], removed: list[int], *, end: bool) -> int:
+    # Cuts at exactly *pos* are before the character at pos (start) or after the span (end).
+    k = bisect.bisect_left(at, pos) if end else bisect.bisect_right(at, pos)
+    return pos + (removed[k - 1] if k else 0)
+
+
+def _lower(text: str) -> str:
+    """``text.lower()`` when it keeps every offset, else an ASCII-only lower-casing."""
+    lower = text.lower()
+    if len(lower) == len(text):
+        return lower
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER: Final = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _decoded(run: str) -> str | None:
+    padded = run.rstrip("=")
+    padded += "=" * (-len(padded) % 4)
+    try:
+        if "-" in run or "_" in run:
+            raw = base64.urlsafe_b64decode(padded)
+        else:
+            raw = base64.b64decode(padded, validate=True)
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    if not text or sum(c.isprintable() or c in "\n\r\t" for c in text) < len(text):
+        return None
+    return text
 
 
 def _looks_random(value: str) -> bool:
@@ -155,6 +319,166 @@ class SecretScanner:
             if found is not None:
                 return found
         return None
+
+    def findings(self, text: str) -> list[Finding]:
+        """Every credential in *text* with its span, sorted and merged where spans overlap.
+
+        Unlike ``first_finding`` there is no size cap: the rules are linear and the
+        detect-secrets plugins see only lines that hold a credential word, a URL with user
+        info or a run of 20+ token characters. Tokens split over lines are found on the text
+        with such breaks joined, and base64 runs that decode to text holding a credential are
+        reported whole (kind prefixed with ``base64``)."""
+        found = self._spans(text)
+        joined, at, removed = _joined(text)
+        if at:
+            for f in self._rule_spans(joined, _SHAPED_RULES):
+                start = _original(f.start, at, removed, end=False)
+                stop = _original(f.end, at, removed, end=True)
+                if stop - start != f.end - f.start:
+                    found.append(Finding(f.kind, start, stop))
+        for run in list(_B64_RUN.finditer(joined))[:_MAX_DECODED_RUNS]:
+            # A wrapped blob may have been joined to the word before it ("$ base64 .env"):
+            # also try the run from each joined line start inside it.
+            k = bisect.bisect_right(at, run.start())
+            starts = [run.start(), *at[k : k + 3]]
+            for start in starts:
+                if start >= run.end():
+                    break
+                decoded = _decoded(joined[start : run.end()])
+                inner = self._spans(decoded) if decoded is not None else []
+                if inner:
+                    stop = run.end()
+                    if at:
+                        start = _original(start, at, removed, end=False)
+                        stop = _original(stop, at, removed, end=True)
+                    found.append(Finding(f"base64 {inner[0].kind}", start, stop))
+                    break
+        return _merge(found)
+
+    def redact(self, text: str) -> tuple[str, tuple[str, ...]]:
+        """*text* with every credential replaced by ``redaction_marker`` (every other
+        occurrence of a found value too), and the kinds replaced, in order.
+
+        Repeated until the result holds no finding (a marker can complete a shape a plugin
+        matches around it), so redacting a redacted text changes nothing."""
+        kinds: tuple[str, ...] = ()
+        for _ in range(_MAX_REDACTION_ROUNDS):
+            found = self.findings(text)
+            if not found:
+                break
+            text, more = self._replaced(text, found)
+            kinds += more
+        return text, kinds
+
+    @staticmethod
+    def _replaced(text: str, found: list[Finding]) -> tuple[str, tuple[str, ...]]:
+        values = {text[f.start : f.end] for f in found}
+        extra: list[Finding] = []
+        for f in found:
+            value = text[f.start : f.end]
+            if len(value) < 6 or value not in values:
+                continue
+            start = text.find(value)
+            while start >= 0:
+                extra.append(Finding(f.kind, start, start + len(value)))
+                start = text.find(value, start + 1)
+        found = _merge(found + extra)
+        parts: list[str] = []
+        last = 0
+        for f in found:
+            parts.append(text[last : f.start])
+            parts.append(redaction_marker(f.kind, f.end - f.start))
+            last = f.end
+        parts.append(text[last:])
+        return "".join(parts), tuple(f.kind for f in found)
+
+    def _spans(self, text: str) -> list[Finding]:
+        found = self._rule_spans(text, _SPAN_RULES)
+        lower = _lower(text)
+        hints = sorted(
+            [m.start() for m in _PLUGIN_WORD.finditer(lower)]
+            + [m.start() for m in _PLUGIN_RUN.finditer(text)]
+        )
+        line_end = -1
+        for hint in hints:
+            if hint <= line_end:
+                continue
+            line_start = text.rfind("\n", 0, hint) + 1
+            line_end = text.find("\n", hint)
+            if line_end < 0:
+                line_end = len(text)
+            found.extend(self._plugin_spans(text, line_start, line_end))
+        return found
+
+    def _rule_spans(self, text: str, rules: tuple[_Rule, ...]) -> list[Finding]:
+        found: list[Finding] = []
+        lower = _lower(text)
+        for rule in rules:
+            for match in rule.pattern.finditer(lower if rule.lower else text):
+                if rule.boundary and match.start() and _WORD_CHAR.match(text, match.start() - 1):
+                    continue
+                group = match.lastindex or 0
+                start, end = match.span(group)
+                value = text[start:end]
+                if rule.kind in _NEEDS_MIXED and not _looks_random(value.split()[-1]):
+                    continue
+                if rule.kind == "private key":
+                    end = self._pem_end(text, end)
+                found.append(Finding(rule.kind, start, end))
+        return found
+
+    @staticmethod
+    def _pem_end(text: str, header_end: int) -> int:
+        """Where the key block that starts at a header ends: its END line, else the last of
+        the base64 lines that follow."""
+        end = _PEM_END.search(text, header_end)
+        next_begin = text.find("-----BEGIN", header_end)
+        if end is not None and (next_begin < 0 or end.start() < next_begin):
+            return end.end()
+        pos = header_end
+        if text.startswith("\r\n", pos):
+            pos += 2
+        elif text.startswith("\n", pos):
+            pos += 1
+        while (line := _PEM_BODY_LINE.match(text, pos)) is not None and line.end() > pos:
+            pos = line.end()
+        return max(header_end, pos)
+
+    def _plugin_spans(self, text: str, line_start: int, line_end: int) -> list[Finding]:
+        found: list[Finding] = []
+        start = line_start
+        while start < line_end:
+            stop = min(line_end, start + self._chunk)
+            chunk = text[start:stop]
+            for kind, value in self._plugin_values(chunk):
+                at = chunk.find(value)
+                while at >= 0:
+                    found.append(Finding(kind, start + at, start + at + len(value)))
+                    at = chunk.find(value, at + 1)
+            if stop >= line_end:
+                break
+            start += self._step
+        return found
+
+    def _plugin_values(self, chunk: str) -> Iterator[tuple[str, str]]:
+        for plugin in self._specific:
+            for value in plugin.analyze_string(chunk):
+                if value:
+                    yield str(plugin.secret_type), str(value)
+        shortened = _shorten_word_runs(chunk)
+        for value in self._keyword.analyze_string(shortened):
+            if (
+                value
+                and self._plausible(value, shortened)
+                and not _WORDY.fullmatch(value)
+                and not heuristic.is_indirect_reference(chunk)
+            ):
+                yield str(self._keyword.secret_type), str(value)
+        for value in self._entropy.analyze_string(chunk):
+            if self._entropy.calculate_shannon_entropy(value) > _ENTROPY_LIMIT and self._plausible(
+                value, chunk
+            ):
+                yield str(self._entropy.secret_type), str(value)
 
     def _extra(self, text: str) -> str | None:
         for kind, pattern in _EXTRA_RULES:

@@ -11,7 +11,7 @@ import msgspec
 from ctxledger.domain.errors import InvalidInputError, RefreshExhaustedError
 from ctxledger.domain.model import COUNT_MAX, AgentIdentity
 from ctxledger.domain.request import BuildRequest, Scope
-from ctxledger.domain.settings import AgentSettings
+from ctxledger.domain.settings import SECRET_POLICIES, AgentSettings
 from ctxledger.domain.strategies import get_strategy
 
 __all__ = [
@@ -62,8 +62,12 @@ class BuildQuery(msgspec.Struct, frozen=True, kw_only=True):
 
 def validate_settings(settings: AgentSettings) -> AgentSettings:
     """The settings, or InvalidInputError naming what is wrong (unknown strategy, bad budget
-    or watermark)."""
+    or watermark, unknown secrets policy)."""
     get_strategy(settings.strategy)
+    if settings.secrets not in SECRET_POLICIES:
+        raise InvalidInputError(
+            f"secrets policy must be one of {', '.join(SECRET_POLICIES)}, got {str(settings.secrets)[:40]!r}"
+        )
     check_budget(settings.budget)
     if not 0 < settings.watermark <= 0.9:
         raise InvalidInputError("watermark must be in (0, 0.9]")

@@ -18,6 +18,7 @@ __all__ = [
     "MemoryStateError",
     "ProtectedTableError",
     "RefreshExhaustedError",
+    "SecretRefusedError",
     "StoreKindError",
     "StoreURLError",
     "TrajectoryFormatError",
@@ -142,6 +143,21 @@ class MemoryIntakeError(InvalidInputError):
         self.detail = detail
         msg = f"memory intake refused {field}: {rule}"
         super().__init__(f"{msg} ({detail})" if detail else msg)
+
+
+class SecretRefusedError(InvalidInputError):
+    """An item held a credential and the agent's secrets policy is ``refuse``: nothing was
+    written. Names the item and the kinds found, never the value."""
+
+    def __init__(self, agent_id: str, kinds: tuple[str, ...], item_id: str = "") -> None:
+        self.agent_id = agent_id
+        self.kinds = kinds
+        self.item_id = item_id
+        what = f"item {item_id[:80]!r}" if item_id else "the item"
+        super().__init__(
+            f"{what} for agent {agent_id[:80]!r} holds a secret ({', '.join(kinds)}); "
+            "the agent's secrets policy is 'refuse', nothing was recorded"
+        )
 
 
 class IntakeMissingError(CtxLedgerError):

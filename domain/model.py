@@ -135,6 +135,9 @@ class Item(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     tool_signature: str = ""
     group: str = ""
     failure: bool = False
+    redacted: tuple[str, ...] = ()
+    """The kinds of the credentials replaced by typed markers when the item was recorded
+    (the agent's secrets policy ``redact``); never the values."""
 
     @property
     def hash(self) -> str:

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import msgspec
 
 from ctxledger.domain.model import Count
 from ctxledger.domain.request import Scope
 
-__all__ = ["DEFAULT_STRATEGY", "DEFAULT_WATERMARK", "AgentSettings"]
+__all__ = [
+    "DEFAULT_STRATEGY",
+    "DEFAULT_WATERMARK",
+    "SECRET_POLICIES",
+    "AgentSettings",
+    "SecretPolicy",
+]
 
 DEFAULT_WATERMARK = 0.5
 """A rebuild re-packs to at most half the budget: ≤ 0.9 as the seed's hysteresis requires,
 and low enough that rebuilds are rare (prefix reuse ≥ 0.95 on long sessions)."""
 
 DEFAULT_STRATEGY = "variable"
+
+SecretPolicy = Literal["redact", "refuse", "allow"]
+SECRET_POLICIES: tuple[SecretPolicy, ...] = ("redact", "refuse", "allow")
+"""What recording an item that holds a credential does: replace each by a typed marker and
+note the kinds on the item (``redact``, the default), refuse the whole record
+(``SecretRefusedError``, nothing written), or store it as given (``allow``)."""
 
 
 class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -22,7 +36,8 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     ``budget`` 0 falls back to the identity's budget; ``scope`` takes effect at the next
     generation boundary (it is fixed within a generation); ``recall`` turns project-memory
     recall off for this agent; ``watermark`` is the rebuild target as a fraction of the
-    budget; ``latest_step`` keeps the newest step's group in every build."""
+    budget; ``latest_step`` keeps the newest step's group in every build; ``secrets`` is what
+    recording an item that holds a credential does (``SECRET_POLICIES``)."""
 
     strategy: str = DEFAULT_STRATEGY
     budget: Count = 0
@@ -30,3 +45,4 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     recall: bool = True
     watermark: float = DEFAULT_WATERMARK
     latest_step: bool = True
+    secrets: SecretPolicy = "redact"
