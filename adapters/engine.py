@@ -200,24 +200,24 @@ class ContextEngine:
         return self.runner.models
 
     def agent(self, agent_id: str) -> AgentGenerations:
-        gens: Generations = self.states.generations
+        gens: Generations = self.runner.model("generations")
         found = gens.by_agent.get(agent_id)
         if found is None:
             raise UnknownAgentError(f"unknown agent {agent_id[:80]!r}")
         return found
 
     def pool(self, agent_id: str) -> AgentPool:
-        pool: Pool = self.states.pool
+        pool: Pool = self.runner.model("pool")
         return pool.by_agent.get(agent_id, AgentPool())
 
     def building(self, agent_id: str) -> str:
         """The pack id of the agent's build in flight (``""``: none)."""
-        cs: ContextStates = self.states.context_state
+        cs: ContextStates = self.runner.model("context_state")
         return cs.building_pack(agent_id)
 
     def _stream(self, agent_id: str) -> str:
         session = self.settings.session_id
-        gens: Generations = self.states.generations
+        gens: Generations = self.runner.model("generations")
         ag = gens.by_agent.get(agent_id)
         if ag is not None and ag.agent.session_id:
             session = ag.agent.session_id
@@ -292,7 +292,7 @@ class ContextEngine:
         agent_id = identity.agent_id
 
         def decide(_version: int) -> list[ev.Event]:
-            gens: Generations = self.states.generations
+            gens: Generations = self.runner.model("generations")
             existing = gens.by_agent.get(agent_id)
             if existing is not None:
                 if existing.agent != identity:
@@ -851,7 +851,7 @@ class ContextEngine:
         empty group is recorded once to remove a group an earlier prompt carried."""
         ag = self.agent(agent_id)
         if self.memory is None or not self.memory.settings.enabled or not ag.settings.recall:
-            inspector: InspectorState = self.states.inspector
+            inspector: InspectorState = self.runner.model("inspector")
             previous = inspector.by_agent.get(agent_id)
             if previous is not None and previous.recall is not None and previous.recall.memory_ids:
                 return RecallGroup()

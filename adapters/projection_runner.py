@@ -14,7 +14,7 @@ import msgspec
 from ctxledger.adapters.ledger import Ledger, Page
 from ctxledger.domain.errors import DecodeError
 from ctxledger.domain.events import Event
-from ctxledger.projections.batch import evolve_each, fold_batch
+from ctxledger.projections.batch import LiveFolds, fold_batch
 from ctxledger.projections.catalog import PROJECTIONS, Projection, ReadModels, read_models
 
 __all__ = ["ProjectionRunner", "decode_state", "encode_state", "gc_paused", "replay_states"]
@@ -94,7 +94,7 @@ class ProjectionRunner:
         self.projections = tuple(projections)
         self.batch_size = batch_size
         self.save_every_s = save_every_s
-        self.states: dict[str, Any] = {}
+        self._live = LiveFolds({}, self.projections)
         self.position = 0
         self.applied = 0
         self._saved_position = 0
@@ -103,6 +103,21 @@ class ProjectionRunner:
         """How many positions past the end of the log the saved read models claimed (0: not
         ahead); such models are discarded and rebuilt."""
         self._load()
+
+    @property
+    def states(self) -> dict[str, Any]:
+        """Every read model at ``position``, name → state (snapshots later folds never change)."""
+        return self._live.all()
+
+    @states.setter
+    def states(self, value: dict[str, Any]) -> None:
+        self._live = LiveFolds(value, self.projections)
+
+    def model(self, name: str) -> Any:
+        """One read model at ``position``: only that projection's open fold is frozen, so the
+        others keep folding in place (reading the generations between recordings leaves the
+        pool's drafts open)."""
+        return self._live.get(name)
 
     @property
     def models(self) -> ReadModels:
@@ -136,7 +151,7 @@ class ProjectionRunner:
 
     def apply(self, position: int, event: Event) -> None:
         """Fold one event that the caller read or appended (must be the next position)."""
-        self.states = evolve_each(dict(self.states), [event], self.projections)
+        self._live.feed((event,))
         self.position = position
         self.applied += 1
 
@@ -151,7 +166,7 @@ class ProjectionRunner:
 
     def _fold(self, page: Page) -> int:
         """Fold one page; returns its number of events."""
-        self.states = fold_batch(self.states, page.events, self.projections)
+        self._live.feed(page.events)
         self.position = page.last
         self.applied += len(page.events)
         return len(page.events)

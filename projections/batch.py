@@ -16,11 +16,11 @@ from typing import Any, Generic, TypeVar, overload
 
 import msgspec
 
-from ctxledger.domain.events import Event
+from ctxledger.domain.events import EVENT_TYPES, Event
 from ctxledger.projections.catalog import PROJECTIONS, Projection, ReadModels, read_models
 from ctxledger.projections.drafts import BatchFold, Handlers
 
-__all__ = ["SMALL_BATCH", "evolve_each", "fold_batch"]
+__all__ = ["SMALL_BATCH", "LiveFolds", "evolve_each", "fold_batch"]
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -115,3 +115,49 @@ class _EvolveFold(Generic[S]):
 
     def freeze(self) -> S:
         return self.state
+
+
+class LiveFolds:
+    """Read models kept open between catch-ups: equal, at every read, to the pure folds.
+
+    A projection that receives events gets a batch fold (its drafts) that stays open across
+    catch-ups until someone reads that projection: only then is it frozen, and the next event
+    opens a new fold from the frozen model (copying what it changes, once). So an engine that
+    records many items and reads only the generations between them keeps the pool's drafts
+    open — one copy of the agent's dicts per read of the pool (a build), not per recorded
+    item — while every model handed out stays an immutable snapshot.
+    """
+
+    def __init__(self, states: dict[str, Any], projections: Sequence[Projection[Any]]) -> None:
+        self._projections = {p.name: p for p in projections}
+        self._frozen = dict(states)
+        self._open: dict[str, tuple[BatchFold[Any], Handlers]] = {}
+        self._route: dict[type[Any], tuple[str, ...]] = {
+            kind: tuple(p.name for p in projections if kind in p.acts_on)
+            for kind in EVENT_TYPES.values()
+        }
+
+    def feed(self, events: Iterable[Event]) -> None:
+        """Fold *events*, in log order, into the open folds (opening them as needed)."""
+        route, opened, frozen = self._route, self._open, self._frozen
+        for event in events:
+            kind = type(event)
+            for name in route.get(kind, ()):
+                entry = opened.get(name)
+                if entry is None:
+                    fold = _batch_fold(self._projections[name], frozen[name])
+                    entry = opened[name] = (fold, fold.handlers())
+                entry[1][kind](event)
+
+    def get(self, name: str) -> Any:
+        """One projection's model now (freezing its open fold, if any)."""
+        entry = self._open.pop(name, None)
+        if entry is not None:
+            self._frozen[name] = entry[0].freeze()
+        return self._frozen[name]
+
+    def all(self) -> dict[str, Any]:
+        """Every model now, name → state (a new dict: the caller may keep it)."""
+        for name in list(self._open):
+            self.get(name)
+        return dict(self._frozen)

@@ -21,7 +21,7 @@ from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state,
 from ctxledger.adapters.testing import events
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import AgentIdentity
-from ctxledger.projections.batch import SMALL_BATCH, fold_batch
+from ctxledger.projections.batch import SMALL_BATCH, LiveFolds, fold_batch
 from ctxledger.projections.catalog import PROJECTIONS, ReadModels, fold_all, read_models
 
 AGENTS = ("a1", "a2")
@@ -91,6 +91,31 @@ def test_named_batch_fold_of_a_subset_of_projections(seq: list[ev.Event]) -> Non
     folded = fold_batch(states, seq, chosen)
     assert folded == {p.name: p.fold(seq) for p in chosen}
     assert states == {p.name: p.initial() for p in chosen}
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(), st.data())
+def test_live_folds_equal_the_pure_folds_and_never_change_a_snapshot(
+    seq: list[ev.Event], data: st.DataObject
+) -> None:
+    """Folds kept open across feeds, read (one projection or all) at random points: every
+    read equals the pure folds of the prefix fed so far, and stays equal after later feeds."""
+    live = LiveFolds({p.name: p.initial() for p in PROJECTIONS}, PROJECTIONS)
+    names = [p.name for p in PROJECTIONS]
+    snapshots: list[tuple[int, str, Any, bytes]] = []
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(seq)), max_size=6)))
+    start = 0
+    for cut in [*cuts, len(seq)]:
+        live.feed(seq[start:cut])
+        start = max(start, cut)
+        for name in data.draw(st.lists(st.sampled_from(names), max_size=3)):
+            state = live.get(name)
+            snapshots.append((start, name, state, msgspec.json.encode(state)))
+    final = live.all()
+    assert read_models(final) == fold_all(seq)
+    for upto, name, state, encoded in snapshots:
+        assert msgspec.json.encode(state) == encoded  # never mutated by a later feed
+        assert encoded == msgspec.json.encode(getattr(fold_all(seq[:upto]), name))
 
 
 def test_small_batches_take_the_pure_path_and_agree() -> None:
