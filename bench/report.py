@@ -16,6 +16,7 @@ _SECTIONS = (
     "scale",
     "growth",
     "peers",
+    "secrets",
     "memory",
 )
 
@@ -665,6 +666,38 @@ def _memory(r: dict[str, Any]) -> str:
     return "\n\n".join(parts)
 
 
+def _secrets(r: dict[str, Any]) -> str:
+    s = r.get("secrets")
+    e = _err(s)
+    if e or s is None:
+        return e or ""
+    rows = [
+        [
+            row["text"],
+            row["texts"],
+            row["kib"],
+            row["flagged"],
+            row["scan_ms_per_kib"],
+            row["unfiltered_ms_per_kib"],
+        ]
+        for row in s["rows"]
+    ]
+    return "\n".join(
+        [
+            "The record-time secret scan (`SecretScanner.findings`: the project's rules on the whole "
+            "text, detect-secrets only on lines with a credential word or a 20+ character token run) "
+            "beside the intake's `first_finding` (detect-secrets on every line). Best of "
+            f"{min(r.get('config', {}).get('repeat', 3), 3)} runs.",
+            "",
+            _table(["text", "texts", "KiB", "flagged", "scan ms/KiB", "every line ms/KiB"], rows),
+            "",
+            f"`engine.record` of a 4 KiB tool output ({s['record_items']} items, memory ledger): "
+            f"**{s['record_redact_ms']} ms** with the default `redact` policy, "
+            f"{s['record_allow_ms']} ms with `allow` (no scan).",
+        ]
+    )
+
+
 def render_sections(results: dict[str, Any]) -> dict[str, str]:
     """The Markdown of every generated section."""
     makers = {
@@ -677,6 +710,7 @@ def render_sections(results: dict[str, Any]) -> dict[str, str]:
         "growth": _growth,
         "peers": _peers,
         "memory": _memory,
+        "secrets": _secrets,
     }
     return {name: makers[name](results) for name in _SECTIONS}
 

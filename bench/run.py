@@ -8,7 +8,8 @@
 Sections: turn (record + build + render CPU by history size, over a session, beside
 LangChain's trim_messages), build (latency vs the limit pipeline), ledger (append/replay vs raw sqlite3),
 scale (1M-event replay with peak RSS in a child process), postgres, growth (ledger bytes per
-turn), peers (append-only, LangChain, OpenHands, every strategy), memory (100k-pool build RSS).
+turn), peers (append-only, LangChain, OpenHands, every strategy), memory (100k-pool build RSS),
+secrets (the record-time secret scan: ms per KiB of text, and per recorded item).
 """
 
 from __future__ import annotations
@@ -48,12 +49,23 @@ from bench.ledger_io import (  # noqa: E402
 from bench.peers import run_peers  # noqa: E402
 from bench.replay_cases import cold_open, one_agent  # noqa: E402
 from bench.scale import child_replay, replay_in_child, run_postgres  # noqa: E402
+from bench.secret_scan_cost import run_secret_scan_cost  # noqa: E402
 from bench.timing import peak_rss_mb, rss_mb  # noqa: E402
 from bench.turn import run_turns  # noqa: E402
 
 __all__ = ["FULL", "QUICK", "Config", "main", "run"]
 
-SECTIONS = ("turn", "build", "ledger", "scale", "postgres", "growth", "peers", "memory")
+SECTIONS = (
+    "turn",
+    "build",
+    "ledger",
+    "scale",
+    "postgres",
+    "growth",
+    "peers",
+    "memory",
+    "secrets",
+)
 TRAJECTORIES = ROOT.parent / "shared" / "trajectories"
 
 
@@ -83,6 +95,7 @@ class Config:
     trajectories: bool = True
     openhands: bool = True
     scale_tenth: bool = True
+    secret_kib: int = 512
 
 
 FULL = Config(
@@ -123,6 +136,7 @@ QUICK = Config(
     turn_sizes=(500, 2_000),
     session_turns=200,
     one_agent_items=4_000,
+    secret_kib=16,
 )
 
 
@@ -324,6 +338,9 @@ def run(
                 long_steps=cfg.long_steps, budget=cfg.peer_budget, counter=default_counter(),
                 openhands=cfg.openhands)),
             ("memory", lambda: section_memory(cfg)),
+            ("secrets", lambda: run_secret_scan_cost(
+                cfg.secret_kib, repeat=min(cfg.repeat, 3),
+                trajectories=sorted(p for p in TRAJECTORIES.glob("*") if p.suffix != ".md") if cfg.trajectories and TRAJECTORIES.is_dir() else [])),
         ]  # fmt: skip
         for name, fn in steps:
             if name not in sections:
