@@ -341,7 +341,10 @@ def simulate_trajectory(
         )
         make = factory(engine.make_item, agent)
         objective = objective_item(traj, make, at=clock.now())
-        engine.record_many(agent, [*role_items(traj, make, at=clock.now()), objective])
+        # record_many returns the items as recorded (a secret in them redacted, the id with it)
+        *_, objective = engine.record_many(
+            agent, [*role_items(traj, make, at=clock.now()), objective]
+        )
         tally = _Tally()
         over_budget = overflow = pinned_dropped = rejected = objective_hits = 0
         latest_hits = latest_total = failure_hits = failure_total = 0
@@ -390,9 +393,10 @@ def simulate_trajectory(
                 if back.observation is not None and back.observation.failure:
                     failure_total += 1
                     failure_hits += _in_prompt(back.observation, result, text, compressed=True)
-            items = step_items(traj, step, make, at=times[n])
+            items = _as_recorded(
+                step_items(traj, step, make, at=times[n]), engine.record_many, agent
+            )
             regret.observed(n + 1, items.all)
-            engine.record_many(agent, items.all)
             recorded.append(items)
             transcript.append(
                 transcript[-1] + sum(len(render_item(i).encode("utf-8")) for i in items.all)
@@ -473,6 +477,19 @@ def _progress_bar(enabled: bool, label: str) -> Iterator[ProgressFn | None]:
             bar.update(task, completed=done, total=total)
 
         yield update
+
+
+def _as_recorded(
+    items: StepItems, record: Callable[[str, Sequence[Item]], list[Item]], agent: str
+) -> StepItems:
+    """Record the step's items; the same items as the ledger holds them (redacted by the
+    agent's secrets policy where they held a credential)."""
+    stored = iter(record(agent, items.all))
+    return StepItems(
+        action=next(stored) if items.action is not None else None,
+        observation=next(stored) if items.observation is not None else None,
+        user=next(stored) if items.user is not None else None,
+    )
 
 
 def simulate(

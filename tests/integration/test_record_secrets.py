@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import msgspec
@@ -14,8 +14,9 @@ import pytest
 
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine
-from ctxledger.adapters.importers import load_trajectory
+from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
 from ctxledger.adapters.secret_scan import SecretScanner
+from ctxledger.adapters.simulate import simulate_trajectory
 from ctxledger.adapters.store_files import LEDGER_TABLE
 from ctxledger.domain import events as ev
 from ctxledger.domain.codec import decode_event, encode_event
@@ -189,3 +190,40 @@ def test_real_agent_runs_are_not_flagged(shared_trajectories: Path) -> None:
     scanner = SecretScanner()
     flagged = [n for n, text in enumerate(texts) if scanner.findings(text)]
     assert len(flagged) <= 0.01 * len(texts), f"{len(flagged)} of {len(texts)} flagged"
+
+
+# --- the importers' path: simulate records through record_many ---------------------------------
+
+
+def test_simulate_redacts_secrets_in_an_imported_run(tmp_path: Path) -> None:
+    cases = SECRET_CASES[:6]
+    start = datetime(2025, 3, 1, tzinfo=UTC)
+    traj = Trajectory(
+        format="mini-swe-agent",
+        path="leaky.traj.json",
+        task=f"deploy the app; {cases[0].text}",
+        role_texts=("You are a test agent.",),
+        instance_id="leaky-1",
+        steps=tuple(
+            Step(
+                index=i,
+                action=f"```bash\ncat .env.{i}\n```",
+                observation=f"$ cat .env.{i}\n{case.text}\nAPP_NAME=shop",
+                command=f"cat .env.{i}",
+                tool="bash",
+                at=start + timedelta(seconds=30 * i),
+            )
+            for i, case in enumerate(cases)
+        ),
+    )
+    path = tmp_path / "sim.db"
+    report = simulate_trajectory(traj, budget=4000, store_url=f"sqlite:///{path}")
+    assert report.objective_present == 1.0  # the redacted task is the one looked for
+    assert report.latest_observation_present == 1.0
+    with ContextEngine.open(f"sqlite:///{path}") as engine:
+        (agent,) = engine.states.generations.by_agent
+        redacted = [i for i in engine.pool(agent).items.values() if i.redacted]
+        assert len(redacted) == len(cases) + 1
+        engine.checkpoint()
+    data = _database_bytes(path)
+    assert [c.kind for c in cases for n in c.needles if n.encode() in data] == []
