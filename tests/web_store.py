@@ -3,7 +3,8 @@ rebuild, a context-limit refresh (Anthropic "prompt is too long"), usage reports
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ctxledger.adapters.clock import SteppingClock
@@ -147,3 +148,15 @@ def build_engine_store(path: Path) -> EngineStore:
         finding=finding.id,
         hypothesis=hypothesis.id,
     )
+
+
+def copy_engine_store(template: EngineStore, folder: Path) -> EngineStore:
+    """A private copy of *template* (ledger and catalog, with their -wal/-shm) in *folder*."""
+    target = folder / "ledger.db"
+    catalog = folder / "catalog.db"
+    for source, copy in ((template.path, target), (template.catalog, catalog)):
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{source}{suffix}")
+            if src.exists():
+                shutil.copyfile(src, f"{copy}{suffix}")
+    return replace(template, url=f"sqlite:///{target}", path=target, catalog=catalog)

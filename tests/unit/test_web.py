@@ -4,7 +4,6 @@ controls append through the engine, and bad requests (404/400/403, CSRF) write n
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,7 +23,7 @@ from ctxledger.domain.errors import InvalidInputError, StoreURLError
 from ctxledger.domain.model import Generation, Layer, Source
 from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.generations import Generations
-from tests.web_store import AGENT, EngineStore, build_engine_store
+from tests.web_store import AGENT, EngineStore, build_engine_store, copy_engine_store
 
 TOKEN = "test-token-0123456789abcdef"
 PAGES = (
@@ -47,21 +46,7 @@ def template_store(tmp_path_factory: pytest.TempPathFactory) -> EngineStore:
 @pytest.fixture
 def store(template_store: EngineStore, tmp_path: Path) -> EngineStore:
     """A private copy of the engine-written store for one test."""
-    target = tmp_path / "ledger.db"
-    catalog = tmp_path / "catalog.db"
-    for source, copy in ((template_store.path, target), (template_store.catalog, catalog)):
-        for suffix in ("", "-wal", "-shm"):
-            src = Path(f"{source}{suffix}")
-            if src.exists():
-                shutil.copyfile(src, f"{copy}{suffix}")
-    return EngineStore(
-        url=f"sqlite:///{target}",
-        path=target,
-        catalog=catalog,
-        objective=template_store.objective,
-        finding=template_store.finding,
-        hypothesis=template_store.hypothesis,
-    )
+    return copy_engine_store(template_store, tmp_path)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +29,7 @@ from ctxledger.adapters.web.access import (
 from ctxledger.adapters.web.headers import SECURITY_HEADERS
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
-from tests.web_store import AGENT, EngineStore, build_engine_store
+from tests.web_store import AGENT, EngineStore, build_engine_store, copy_engine_store
 
 CSRF = "csrf-token-0123456789abcdef"
 ACCESS = "access-token-0123456789abcdef"
@@ -54,21 +53,7 @@ def template_store(tmp_path_factory: pytest.TempPathFactory) -> EngineStore:
 @pytest.fixture
 def store(template_store: EngineStore, tmp_path: Path) -> EngineStore:
     """A private copy of the engine-written store for one test."""
-    target = tmp_path / "ledger.db"
-    catalog = tmp_path / "catalog.db"
-    for source, copy in ((template_store.path, target), (template_store.catalog, catalog)):
-        for suffix in ("", "-wal", "-shm"):
-            src = Path(f"{source}{suffix}")
-            if src.exists():
-                shutil.copyfile(src, f"{copy}{suffix}")
-    return EngineStore(
-        url=f"sqlite:///{target}",
-        path=target,
-        catalog=catalog,
-        objective=template_store.objective,
-        finding=template_store.finding,
-        hypothesis=template_store.hypothesis,
-    )
+    return copy_engine_store(template_store, tmp_path)
 
 
 def log_end(store: EngineStore) -> int:
