@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -161,21 +162,40 @@ class Ledger:
                 else chain_start(stream_id)
             )
             stored: list[StoredEvent] = []
+            op = secrets.token_hex(8)  # this append's idempotency key, in its first payload
             for version, event in enumerate(events, start=expected_version + 1):
                 topic, payload = encode_checked(event)  # reads back, or nothing is stored
-                payload = with_prev(payload, prev)
+                payload = with_prev(payload, prev, op if not stored else "")
                 stored.append(StoredEvent(stream_id, version, topic, payload))
                 prev = link(topic, version, payload)
             try:
                 positions = self._call(self._recorder.insert_events, stored)
             except IntegrityError as exc:
-                raise ConflictError(stream_id, expected_version, "concurrent append") from exc
+                if not self._landed(stream_id, expected_version, stored):
+                    raise ConflictError(stream_id, expected_version, "concurrent append") from exc
+                positions = []  # our own commit, acknowledged late: not a conflict
         if not positions or len(positions) != len(stored):
             positions = [0] * len(stored)
         return [
             Recorded(int(pos), stream_id, s.originator_version, ev)
             for pos, s, ev in zip(positions, stored, events, strict=True)
         ]
+
+    def _landed(self, stream_id: str, expected_version: int, stored: list[StoredEvent]) -> bool:
+        """Whether *stored* is already in the stream, byte for byte (its first payload holds
+        this append's random ``op`` key). A driver that lost the acknowledgement of a COMMIT
+        retries the insert, which then hits the (stream, version) key: that is our own
+        append, not another writer's, and must not be decided and written again."""
+        rows = self._call(
+            self._recorder.select_events,
+            stream_id,
+            gt=expected_version,
+            lte=expected_version + len(stored),
+        )
+        return len(rows) == len(stored) and all(
+            bytes(r.state) == s.state and r.topic == s.topic
+            for r, s in zip(rows, stored, strict=True)
+        )
 
     # --- reading ------------------------------------------------------------------------------
 

@@ -52,15 +52,19 @@ def link(topic: str, version: int, payload: bytes) -> str:
     return h.hexdigest()[:LINK_HEX]
 
 
-def with_prev(payload: bytes, prev: str) -> bytes:
-    """The stored form of an encoded event: its JSON object with ``"prev"`` first. Decoding
-    into the event's type ignores the field (it belongs to storage, like the topic), so an
-    event reads back equal to what was appended."""
+def with_prev(payload: bytes, prev: str, op: str = "") -> bytes:
+    """The stored form of an encoded event: its JSON object with ``"prev"`` first (and
+    ``"op"``, the append's idempotency key, on the first event of an append). Decoding into
+    the event's type ignores both (they belong to storage, like the topic), so an event reads
+    back equal to what was appended."""
     if not payload.startswith(b"{"):
         raise ValueError("an encoded event is a JSON object")
     rest = payload[1:]
     sep = b"" if rest == b"}" else b","
-    return b'{"prev":"' + prev.encode("ascii") + b'"' + sep + rest
+    head = b'{"prev":"' + prev.encode("ascii") + b'"'
+    if op:
+        head += b',"op":"' + op.encode("ascii") + b'"'
+    return head + sep + rest
 
 
 class _Prev(msgspec.Struct):
