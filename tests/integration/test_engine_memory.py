@@ -118,6 +118,7 @@ def test_promotion_refuses_secrets_and_writes_nothing(
 ) -> None:
     engine, catalog, _ = setup
     token = "ghp_" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q7r8"
+    engine.configure("p", secrets="allow")  # the ledger keeps it; the catalog must not
     item = engine.record(
         "p", f"deploy with token {token}", layer=Layer.L2, source=Source.WORKER_FINDING
     )
