@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import random
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import msgspec
 
@@ -60,7 +61,18 @@ from ctxledger.domain.model import (
 from ctxledger.domain.ports import Clock, TokenCounter
 from ctxledger.domain.prompt import PromptParts, render_item
 from ctxledger.domain.recall import RecallGroup
-from ctxledger.domain.render import to_anthropic, to_openai
+from ctxledger.domain.render import (
+    PROVIDERS,
+    AnthropicRequest,
+    CacheTTL,
+    OpenAIChatRequest,
+    OpenAIResponsesRequest,
+    Provider,
+    ProviderRequest,
+    render_anthropic,
+    to_openai,
+    to_openai_responses,
+)
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings, SecretPolicy
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
@@ -374,9 +386,9 @@ class ContextEngine:
             return list(items)
         screened: list[Item] = []
         for item in items:
-            content, kinds = self.scanner.redact(item.content)
-            signature, signature_kinds = self.scanner.redact(item.tool_signature)
-            task, task_kinds = self.scanner.redact(item.task)
+            content, kinds = self._redact(item.content)
+            signature, signature_kinds = self._redact(item.tool_signature)
+            task, task_kinds = self._redact(item.task)
             found = tuple(dict.fromkeys(kinds + signature_kinds + task_kinds))
             if not found:
                 screened.append(item)
@@ -393,6 +405,12 @@ class ContextEngine:
             )
             screened.append(self._sized(redacted) if content != item.content else redacted)
         return screened
+
+    def _redact(self, value: str) -> tuple[str, tuple[str, ...]]:
+        # A value of the wrong type is left for the append's typed check to refuse.
+        if not isinstance(value, str) or not value:
+            return value, ()
+        return self.scanner.redact(value)
 
     def _redacted_id(self, item: Item, content: str) -> str:
         """The id of *item* once its content is redacted: a content-addressed id (this engine's
@@ -863,20 +881,117 @@ class ContextEngine:
 
     # --- rendering and usage --------------------------------------------------------------------
 
+    @overload
     def render(
         self,
         result: BuildResult,
-        *,
-        provider: Literal["anthropic", "openai"],
+        provider: Literal["anthropic"],
         model: str,
+        *,
+        max_tokens: int = ...,
+        messages: Sequence[Any] | None = ...,
+        tools: Sequence[Any] | None = ...,
+        cache_ttl: CacheTTL | None = ...,
+        prompt_cache_key: None = ...,
+    ) -> AnthropicRequest: ...
+
+    @overload
+    def render(
+        self,
+        result: BuildResult,
+        provider: Literal["openai"],
+        model: str,
+        *,
+        max_tokens: int = ...,
+        messages: Sequence[Any] | None = ...,
+        tools: Sequence[Any] | None = ...,
+        cache_ttl: None = ...,
+        prompt_cache_key: str | None = ...,
+    ) -> OpenAIChatRequest: ...
+
+    @overload
+    def render(
+        self,
+        result: BuildResult,
+        provider: Literal["openai-responses"],
+        model: str,
+        *,
+        max_tokens: int = ...,
+        messages: Sequence[Any] | None = ...,
+        tools: Sequence[Any] | None = ...,
+        cache_ttl: None = ...,
+        prompt_cache_key: str | None = ...,
+    ) -> OpenAIResponsesRequest: ...
+
+    @overload
+    def render(
+        self,
+        result: BuildResult,
+        provider: Provider,
+        model: str,
+        *,
+        max_tokens: int = ...,
+        messages: Sequence[Any] | None = ...,
+        tools: Sequence[Any] | None = ...,
+        cache_ttl: CacheTTL | None = ...,
+        prompt_cache_key: str | None = ...,
+    ) -> ProviderRequest: ...
+
+    def render(
+        self,
+        result: BuildResult,
+        provider: Provider,
+        model: str,
+        *,
         max_tokens: int = 4096,
-    ) -> dict[str, Any]:
-        """The provider request body (plain dicts) for a built prompt."""
+        messages: Sequence[Any] | None = None,
+        tools: Sequence[Any] | None = None,
+        cache_ttl: CacheTTL | None = None,
+        prompt_cache_key: str | None = None,
+    ) -> ProviderRequest:
+        """The provider request body for a built prompt, typed per provider, with the
+        caller's conversation ``messages`` and ``tools`` placed after the static prefix by the
+        provider's cache order (docs/caching.md, "Provider requests"). ``max_tokens`` and
+        ``cache_ttl`` are Anthropic's; ``prompt_cache_key`` is OpenAI's (chat and responses).
+        Anthropic breakpoints are spent only where the prefix reaches the model's minimum
+        cacheable length (counted with the engine's counter); every breakpoint dropped or left
+        out is logged on the ``ctxledger.render`` logger (``render_anthropic`` returns them)."""
         if provider == "anthropic":
-            return to_anthropic(result.prompt, model=model, max_tokens=max_tokens)
-        if provider == "openai":
-            return to_openai(result.prompt, model=model)
-        raise InvalidInputError(f"unknown provider {provider!r}; use anthropic or openai")
+            if prompt_cache_key is not None:
+                raise InvalidInputError("prompt_cache_key is OpenAI's; Anthropic has none")
+            rendered = render_anthropic(
+                result.prompt,
+                model=model,
+                max_tokens=max_tokens,
+                messages=messages or (),
+                tools=tools,
+                cache_ttl=cache_ttl,
+                counter=self.counter,
+            )
+            log = logging.getLogger("ctxledger.render")
+            for note in rendered.notes:
+                log.log(
+                    logging.WARNING if note.caller else logging.DEBUG,
+                    "%s: %s",
+                    note.where,
+                    note.reason,
+                    extra={"agent_id": result.pack.agent_id, "generation": result.generation},
+                )
+            return rendered.request
+        if provider not in PROVIDERS:
+            raise InvalidInputError(
+                f"unknown provider {provider!r}; use one of {', '.join(PROVIDERS)}"
+            )
+        if cache_ttl is not None:
+            raise InvalidInputError(f"cache_ttl is Anthropic's; {provider} caches on its own")
+        to = to_openai if provider == "openai" else to_openai_responses
+        return to(
+            result.prompt,
+            model=model,
+            messages=messages or (),
+            tools=tools,
+            prompt_cache_key=prompt_cache_key,
+        )
 
     def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
         """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call: a
