@@ -27,7 +27,7 @@ from ctxledger.domain.model import (
     item_id_for,
 )
 from ctxledger.domain.request import BuildRequest, Scope
-from ctxledger.domain.settings import AgentSettings
+from ctxledger.domain.settings import SECRET_POLICIES, AgentSettings
 from ctxledger.projections.context_state import ContextState, evolve_context_state
 
 __all__ = [
@@ -93,6 +93,9 @@ def items(
         tool_signature=draw(st.sampled_from(["", "grep foo", "pytest -x"])),
         group=draw(st.sampled_from(["", "g1", "g2"])),
         failure=draw(st.booleans()),
+        redacted=draw(
+            st.sampled_from([(), ("aws access key",), ("github token", "json web token")])
+        ),
     )
 
 
@@ -132,6 +135,7 @@ def agent_settings() -> st.SearchStrategy[AgentSettings]:
         recall=st.booleans(),
         watermark=st.floats(min_value=0.05, max_value=0.9),
         latest_step=st.booleans(),
+        secrets=st.sampled_from(SECRET_POLICIES),
     )
 
 
