@@ -923,20 +923,6 @@ class ContextEngine:
         prompt_cache_key: str | None = ...,
     ) -> OpenAIResponsesRequest: ...
 
-    @overload
-    def render(
-        self,
-        result: BuildResult,
-        provider: Provider,
-        model: str,
-        *,
-        max_tokens: int = ...,
-        messages: Sequence[Any] | None = ...,
-        tools: Sequence[Any] | None = ...,
-        cache_ttl: CacheTTL | None = ...,
-        prompt_cache_key: str | None = ...,
-    ) -> ProviderRequest: ...
-
     def render(
         self,
         result: BuildResult,

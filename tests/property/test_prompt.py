@@ -8,11 +8,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import Durability, Item, Layer, Source
 from ctxledger.domain.prompt import PromptParts, Segment, compose
 from ctxledger.domain.render import to_anthropic
@@ -266,8 +264,15 @@ def test_anthropic_breakpoints_never_exceed_four(
         assert "cache_control" not in system[-1]
 
 
-@given(items=st.lists(ANY_ITEM, min_size=1, max_size=5))
-def test_anthropic_rejects_more_than_four_caller_breakpoints(items: list[Item]) -> None:
+@given(items=st.lists(ANY_ITEM, min_size=1, max_size=5), extra=st.integers(1, 4))
+def test_anthropic_keeps_the_latest_four_of_more_caller_breakpoints(
+    items: list[Item], extra: int
+) -> None:
     parts: PromptParts = compose(with_ids(items, "i"))
-    with pytest.raises(InvalidInputError):
-        to_anthropic(parts, model="m", max_tokens=8, messages=[_message_with_breakpoints(5)])
+    message = _message_with_breakpoints(4 + extra)
+    body = to_anthropic(parts, model="m", max_tokens=8, messages=[message])
+    assert _marks(body) == 4
+    assert _marks(body.get("system", [])) == 0
+    blocks = body["messages"][0]["content"]
+    assert ["cache_control" in b for b in blocks] == [False] * extra + [True] * 4 + [False]
+    assert _marks(message) == 4 + extra  # the caller's own message is not modified
