@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import hashlib
 import re
 from collections.abc import Iterator
 from typing import Final, NamedTuple
@@ -131,6 +132,8 @@ _PEM_BODY_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/=]{8,}[ \t]*(?:\r?\n|$)")
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
 _MAX_DECODED_RUNS: Final = 2000
 _MAX_REDACTION_ROUNDS: Final = 4
+_MAX_CLEAN_CHUNKS: Final = 16_384
+_PERSON: Final = {True: b"ctxledger-kw", False: b"ctxledger-nokw"}
 # A line goes to the detect-secrets plugins only if it has something a plugin could match: a
 # credential word, a URL with user info, or a long run of token characters (every specific
 # plugin's shape is at least 20 such characters; the entropy plugin needs more).
@@ -306,6 +309,9 @@ class SecretScanner:
         self._specific = _specific_plugins()
         self._keyword = KeywordDetector()
         self._entropy = Base64HighEntropyString(limit=_ENTROPY_LIMIT)
+        self._clean: set[bytes] = set()
+        """Digests of chunks the plugins found nothing in (tool output repeats lines: a file
+        viewed twice, a log line per request); digests only, so no text is kept."""
 
     def first_finding(self, text: str) -> str | None:
         """The kind of the first credential found in *text*, or None."""
@@ -452,11 +458,20 @@ class SecretScanner:
         while start < line_end:
             stop = min(line_end, start + self._chunk)
             chunk = text[start:stop]
-            for kind, value in self._plugin_values(chunk, keyword=keyword):
-                at = chunk.find(value)
-                while at >= 0:
-                    found.append(Finding(kind, start + at, start + at + len(value)))
-                    at = chunk.find(value, at + 1)
+            digest = hashlib.blake2b(
+                chunk.encode("utf-8", "surrogatepass"), digest_size=16, person=_PERSON[keyword]
+            ).digest()
+            if digest not in self._clean:
+                values = list(self._plugin_values(chunk, keyword=keyword))
+                if not values:
+                    if len(self._clean) >= _MAX_CLEAN_CHUNKS:
+                        self._clean.clear()
+                    self._clean.add(digest)
+                for kind, value in values:
+                    at = chunk.find(value)
+                    while at >= 0:
+                        found.append(Finding(kind, start + at, start + at + len(value)))
+                        at = chunk.find(value, at + 1)
             if stop >= line_end:
                 break
             start += self._step
