@@ -378,9 +378,10 @@ class ContextEngine:
     def _screened(self, agent_id: str, items: Sequence[Item]) -> list[Item]:
         """The items as the agent's secrets policy lets them be recorded: every credential in
         the content, the tool signature and the task replaced by a typed marker and the kinds
-        noted in ``redacted`` (``redact``; an id derived from the content is derived again
-        from the redacted content), ``SecretRefusedError`` before anything is written
-        (``refuse``), or as given (``allow``)."""
+        noted in ``redacted`` (``redact``; an id derived from the content, or holding a
+        credential itself, is derived again from the redacted content),
+        ``SecretRefusedError`` before anything is written (``refuse``), or as given
+        (``allow``)."""
         policy = self.agent(agent_id).settings.secrets
         if policy == "allow":
             return list(items)
@@ -389,7 +390,8 @@ class ContextEngine:
             content, kinds = self._redact(item.content)
             signature, signature_kinds = self._redact(item.tool_signature)
             task, task_kinds = self._redact(item.task)
-            found = tuple(dict.fromkeys(kinds + signature_kinds + task_kinds))
+            _, id_kinds = self._redact(item.id)
+            found = tuple(dict.fromkeys(kinds + signature_kinds + task_kinds + id_kinds))
             if not found:
                 screened.append(item)
                 continue
@@ -397,7 +399,7 @@ class ContextEngine:
                 raise SecretRefusedError(agent_id, found)
             redacted = msgspec.structs.replace(
                 item,
-                id=self._redacted_id(item, content),
+                id=self._redacted_id(item, content, holds_secret=bool(id_kinds)),
                 content=content,
                 tool_signature=signature,
                 task=task,
@@ -412,19 +414,17 @@ class ContextEngine:
             return value, ()
         return self.scanner.redact(value)
 
-    def _redacted_id(self, item: Item, content: str) -> str:
+    def _redacted_id(self, item: Item, content: str, *, holds_secret: bool) -> str:
         """The id of *item* once its content is redacted: a content-addressed id (this engine's
         or an importer's ``kind.<hash prefix>``) is derived from the redacted content, so the
         id cannot confirm a guessed secret; an id that itself holds a credential is replaced;
         any other caller id is kept."""
-        if item.id == item_id_for(item.layer, item.source, item.content):
+        if holds_secret or item.id == item_id_for(item.layer, item.source, item.content):
             return item_id_for(item.layer, item.source, content)
         before, after = content_hash(item.content), content_hash(content)
         for n in (64, 32, 24, 16, 12):
             if before[:n] in item.id:
                 return item.id.replace(before[:n], after[:n])
-        if self.scanner.findings(item.id):
-            return item_id_for(item.layer, item.source, content)
         return item.id
 
     def _sized(self, item: Item) -> Item:

@@ -227,3 +227,17 @@ def test_simulate_redacts_secrets_in_an_imported_run(tmp_path: Path) -> None:
         engine.checkpoint()
     data = _database_bytes(path)
     assert [c.kind for c in cases for n in c.needles if n.encode() in data] == []
+
+
+def test_an_id_holding_a_secret_is_replaced(tmp_path: Path) -> None:
+    token = SECRET_CASES[3].needles[0]  # a github classic token
+    with _open(tmp_path / "ledger.db", "redact") as engine:
+        item = engine.make_item(AGENT, "collected 3 items", item_id=f"obs-{token}")
+        [stored] = engine.record_many(AGENT, [item])
+        assert stored.id == item_id_for(Layer.L0, Source.TOOL_LOG, "collected 3 items")
+        assert stored.content == "collected 3 items"
+        assert stored.redacted == ("github token",)
+        kept = engine.make_item(AGENT, f"token {token}", item_id="obs-7")
+        assert engine.record(AGENT, kept).id == "obs-7"  # a plain caller id is kept
+        engine.checkpoint()
+    assert token.encode() not in _database_bytes(tmp_path / "ledger.db")
