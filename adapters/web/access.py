@@ -195,7 +195,9 @@ class AccessGuard:
         scope[_SESSION_KEY] = session
         if given is not None and scope["method"] in ("GET", "HEAD"):
             rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
-            target = scope["path"] + ("?" + urlencode(rest) if rest else "")
+            raw = scope.get("raw_path")  # keeps an encoded "/" in an agent id encoded
+            path = "/" + (raw.decode("latin-1") if raw else scope["path"]).lstrip("/")
+            target = path + ("?" + urlencode(rest) if rest else "")
             redirect = RedirectResponse(target, status_code=303)
             redirect.headers.append("set-cookie", cookie)
             await redirect(scope, receive, send)

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import jinja2
 from starlette.applications import Starlette
@@ -163,6 +163,18 @@ def _diff_url(agent_id: str, a: int, b: int) -> str:
     return f"{_agent_url(agent_id)}/diff?" + urlencode({"from": int(a), "to": int(b)})
 
 
+def _item_url(agent_id: str, item_id: str) -> str:
+    return f"{_agent_url(agent_id)}/items/" + quote(item_id, safe="")
+
+
+def _page_url(base: str, page: int, per: int, **extra: int) -> str:
+    """*base* (a path) with the pager's query: ``page`` and, when not the default, ``per``."""
+    query: dict[str, int] = {**extra, "page": int(page)}
+    if per != views.DEFAULT_PER:
+        query["per"] = int(per)
+    return base + "?" + urlencode(query)
+
+
 def _control_url(agent_id: str) -> str:
     return f"{_agent_url(agent_id)}/control"
 
@@ -208,6 +220,8 @@ def _environment(
         agent_url=_agent_url,
         generation_url=_generation_url,
         diff_url=_diff_url,
+        item_url=_item_url,
+        page_url=_page_url,
         control_url=_control_url,
         fmt_time=_fmt_time,
         short_path=_short_path,
@@ -237,13 +251,47 @@ def _is_number(raw: str) -> bool:
     return raw.isascii() and raw.isdigit()
 
 
-def _int_param(request: Request, name: str) -> int | None:
-    raw = request.query_params.get(name)
+def _int_param(request: Request, name: str, what: str = "a generation number") -> int | None:
+    values = request.query_params.getlist(name)
+    if len(values) > 1:
+        raise FormError(400, f"{name} is given {len(values)} times")
+    raw = values[0] if values else None
     if raw is None or raw == "":
         return None
     if not _is_number(raw) or len(raw) > 9:
-        raise FormError(400, f"{name} must be a generation number, not {raw[:20]!r}")
+        raise FormError(400, f"{name} must be {what}, not {raw[:20]!r}")
     return int(raw)
+
+
+def _paging(request: Request) -> tuple[int, int]:
+    """``?page=N&per=M``: page ≥ 1, 1 ≤ per ≤ ``views.MAX_PER``; anything else is a 400."""
+    page = _int_param(request, "page", "a page number (1, 2, …)")
+    per = _int_param(request, "per", f"a page size (1–{views.MAX_PER})")
+    if page is not None and page < 1:
+        raise FormError(400, "page must be at least 1")
+    if per is not None and not 1 <= per <= views.MAX_PER:
+        raise FormError(400, f"per must be between 1 and {views.MAX_PER}, not {per}")
+    return page or 1, per or views.DEFAULT_PER
+
+
+def _agent_route(scope: Any) -> tuple[str, list[str]]:
+    """The agent id and the path segments after it, from the request's raw (still
+    percent-encoded) path, so an id holding ``/``, ``%`` or any character round-trips:
+    links encode it as one segment (``quote(id, safe="")``) and only the raw path keeps
+    an encoded ``/`` apart from a separator. A path that does not decode is a 404."""
+    raw = scope.get("raw_path")
+    path = raw.decode("latin-1") if raw else quote(scope["path"])
+    root = quote(scope.get("root_path", ""))
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    segments = path.split("/")
+    if len(segments) < 3 or segments[:2] != ["", "agents"] or not segments[2]:
+        raise HTTPException(404, "no such page")
+    try:
+        decoded = [unquote(s, encoding="utf-8", errors="strict") for s in segments[2:]]
+    except UnicodeDecodeError:
+        raise HTTPException(404, "the path is not valid UTF-8 once decoded") from None
+    return decoded[0], decoded[1:]
 
 
 def create_app(
@@ -307,24 +355,33 @@ def create_app(
         ctx = views.agents_page(states)
         return render(request, "index.html", {**ctx, "page": "agents", "position": position})
 
-    def agent(request: Request) -> Response:
+    def agent(request: Request, agent_id: str) -> Response:
+        page, per = _paging(request)
         states, position = backend.states()
-        ctx = views.agent_page(states, request.path_params["agent_id"])
+        ctx = views.agent_page(states, agent_id, page=page, per=per)
         return render(request, "agent.html", {**ctx, "page": "agents", "position": position})
 
-    def generation(request: Request) -> Response:
+    def generation(request: Request, agent_id: str, number: int) -> Response:
+        page, per = _paging(request)
         states, position = backend.states()
-        agent_id: str = request.path_params["agent_id"]
-        ctx = views.generation_page(states, agent_id, request.path_params["number"])
+        ctx = views.generation_page(states, agent_id, number, page=page, per=per)
+        here = _generation_url(agent_id, number)
+        if page != 1 or per != views.DEFAULT_PER:
+            here = _page_url(here, page, per)
         return render(
             request,
             "generation.html",
-            {**ctx, "page": "agents", "position": position, "here": request.url.path},
+            {**ctx, "page": "agents", "position": position, "here": here},
         )
 
-    def diff(request: Request) -> Response:
-        agent_id: str = request.path_params["agent_id"]
+    def item(request: Request, agent_id: str, item_id: str) -> Response:
+        states, position = backend.states()
+        ctx = views.item_page(states, agent_id, item_id)
+        return render(request, "item.html", {**ctx, "page": "agents", "position": position})
+
+    def diff(request: Request, agent_id: str) -> Response:
         a, b = _int_param(request, "from"), _int_param(request, "to")
+        page, per = _paging(request)
         states, position = backend.states()
         defaults = views.agent_page(states, agent_id)
         ctx = views.diff_page(
@@ -332,12 +389,15 @@ def create_app(
             agent_id,
             defaults["diff_from"] if a is None else a,
             defaults["diff_to"] if b is None else b,
+            page=page,
+            per=per,
         )
         return render(request, "diff.html", {**ctx, "page": "agents", "position": position})
 
     def cache(request: Request) -> Response:
+        page, per = _paging(request)
         states, position = backend.states()
-        ctx = views.cache_page(states)
+        ctx = views.cache_page(states, page=page, per=per)
         return render(request, "cache.html", {**ctx, "page": "cache", "position": position})
 
     def memory(request: Request) -> Response:
@@ -361,9 +421,8 @@ def create_app(
         check_token(fields, secret)
         return fields
 
-    async def control(request: Request) -> Response:
+    async def control(request: Request, agent_id: str) -> Response:
         form = parse_control(await checked_form(request))
-        agent_id: str = request.path_params["agent_id"]
         started = await run_in_threadpool(backend.control, agent_id, form, actor_of(request.scope))
         if form.next and started is None:
             target = form.next
@@ -372,6 +431,28 @@ def create_app(
         else:
             target = _agent_url(agent_id)
         return RedirectResponse(target, status_code=303)
+
+    async def agents(request: Request) -> Response:
+        """Every ``/agents/{id}/…`` route, dispatched on the raw path (see ``_agent_route``)."""
+        agent_id, rest = _agent_route(request.scope)
+        method = request.method
+        if rest == ["control"]:
+            if method != "POST":
+                raise HTTPException(405, "use POST", headers={"allow": "POST"})
+            return await control(request, agent_id)
+        if method not in ("GET", "HEAD"):
+            raise HTTPException(405, "use GET", headers={"allow": "GET, HEAD"})
+        match rest:
+            case []:
+                return await run_in_threadpool(agent, request, agent_id)
+            case ["generations", number] if _is_number(number) and len(number) <= 9:
+                return await run_in_threadpool(generation, request, agent_id, int(number))
+            case ["diff"]:
+                return await run_in_threadpool(diff, request, agent_id)
+            case ["items", item_id] if item_id:
+                return await run_in_threadpool(item, request, agent_id, item_id)
+            case _:
+                raise HTTPException(404, "no such page")
 
     async def memory_control(request: Request) -> Response:
         fields = await checked_form(request)
@@ -425,10 +506,7 @@ def create_app(
             Route("/memory", memory, methods=["GET"]),
             Route("/memory/control", memory_control, methods=["POST"]),
             Route("/static/inspector.css", stylesheet, methods=["GET"]),
-            Route("/agents/{agent_id}", agent, methods=["GET"]),
-            Route("/agents/{agent_id}/generations/{number:int}", generation, methods=["GET"]),
-            Route("/agents/{agent_id}/diff", diff, methods=["GET"]),
-            Route("/agents/{agent_id}/control", control, methods=["POST"]),
+            Route("/agents/{rest:path}", agents, methods=["GET", "POST"]),
         ],
         middleware=middleware,
         exception_handlers={

@@ -7,6 +7,8 @@ import math
 from collections.abc import Mapping, Sequence
 
 __all__ = [
+    "DENSE",
+    "MAX_LABELS",
     "Bar",
     "BarChart",
     "GroupedChart",
@@ -14,6 +16,7 @@ __all__ = [
     "bar_chart",
     "fmt_number",
     "grouped_chart",
+    "label_step",
     "layer_colour",
     "nice_ceiling",
     "source_colour",
@@ -204,6 +207,32 @@ class GroupedChart:
     categories: tuple[tuple[float, str], ...]
     bars: tuple[Bar, ...]
     series: tuple[tuple[str, str], ...]
+    paths: tuple[tuple[str, str, str], ...] = ()
+    """Past ``DENSE`` categories: each series as one SVG path (name, colour, ``d``) instead
+    of one titled bar per value, so the chart stays a few KB; the tables hold the values."""
+
+
+_STEPS = (1, 2, 5)
+MAX_LABELS = 25
+DENSE = 60
+"""Category labels a grouped chart writes at most; past that it names every k-th."""
+
+
+def label_step(count: int, plot_width: float, *, longest: int = 4, char_px: float = 6.5) -> int:
+    """Name every k-th of *count* categories: the smallest k of 1, 2, 5, 10, 20, 50, … that
+    keeps at most ``MAX_LABELS`` labels and leaves each label (*longest* characters wide
+    at about *char_px* pixels each, plus a gap) room between its neighbours."""
+    if count <= 1:
+        return 1
+    slot = plot_width / count
+    need = longest * char_px + 6
+    scale = 1
+    while True:
+        for m in _STEPS:
+            k = m * scale
+            if math.ceil(count / k) <= MAX_LABELS and slot * k >= need:
+                return k
+        scale *= 10
 
 
 def grouped_chart(
@@ -230,11 +259,13 @@ def grouped_chart(
     group_w = plot_w / n
     k = max(len(series), 1)
     bar_w = max(group_w * 0.8 / k, 1.0)
+    step = label_step(len(categories), plot_w, longest=max((len(c) for c in categories), default=1))
     bars: list[Bar] = []
     cats: list[tuple[float, str]] = []
     for ci, cat in enumerate(categories):
         gx = left + ci * group_w + group_w * 0.1
-        cats.append((round(left + ci * group_w + group_w / 2, 2), cat))
+        if ci % step == 0:
+            cats.append((round(left + ci * group_w + group_w / 2, 2), cat))
         for si, (name, colour, values) in enumerate(series):
             value = values[ci] if ci < len(values) else 0.0
             h = plot_h * min(max(value, 0.0), top_value) / top_value
@@ -257,6 +288,13 @@ def grouped_chart(
         )
         for f in (0.0, 0.25, 0.5, 0.75, 1.0)
     )
+    paths: tuple[tuple[str, str, str], ...] = ()
+    if len(categories) > DENSE:
+        paths = tuple(
+            (name, colour, " ".join(_rect_path(b) for b in bars[si :: len(series)]))
+            for si, (name, colour, _) in enumerate(series)
+        )
+        bars = []
     return GroupedChart(
         width=width,
         height=height,
@@ -267,4 +305,10 @@ def grouped_chart(
         categories=tuple(cats),
         bars=tuple(bars),
         series=tuple((name, colour) for name, colour, _ in series),
+        paths=paths,
     )
+
+
+def _rect_path(b: Bar) -> str:
+    """One bar as a closed subpath (``M x y h w v h h -w z``), numbers to 0.1 px."""
+    return f"M{b.x:.1f} {b.y:.1f}h{b.w:.1f}v{b.h:.1f}h{-b.w:.1f}z"

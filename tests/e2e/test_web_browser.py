@@ -175,7 +175,9 @@ def test_navigate_agent_generation_diff_and_read_the_numbers(demo: Path, page: P
     with serving(demo) as base:
         page.goto(base + "/")
         assert text_of(page, "generations", f'tr[data-agent-id="{AGENT}"]') == str(len(gens))
-        page.get_by_role("link", name=AGENT, exact=True).click()
+        # the agents table (the tree above it links each agent too)
+        agents = page.locator('table[data-testid="agents"]')
+        agents.get_by_role("link", name=AGENT, exact=True).click()
         page.wait_for_url(f"**/agents/{AGENT}")
         rows = page.locator('table[data-testid="timeline"] tbody tr')
         assert rows.count() == len(gens)
