@@ -12,11 +12,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ctxledger.adapters import __version__, cli_control, cli_inspect, cli_serve, cli_simulate
+from ctxledger.adapters import (
+    __version__,
+    cli_control,
+    cli_doctor,
+    cli_inspect,
+    cli_serve,
+    cli_simulate,
+)
 from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
-from ctxledger.domain.errors import CtxLedgerError
+from ctxledger.domain.errors import CtxLedgerError, DecodeError
 
 __all__ = ["app", "main"]
 
@@ -28,6 +35,8 @@ app = typer.Typer(
 )
 console = Console()
 
+DAMAGE_HINT = " (`ctxledger doctor` lists every damaged row; --quarantine sets them aside)"
+"""Appended to the line of a stored row that does not decode."""
 DEBUG_ENV = "CTXLEDGER_DEBUG"
 """Set to show the traceback of an unexpected failure instead of its one line."""
 
@@ -138,6 +147,7 @@ app.command()(cli_inspect.inspect)
 app.command()(cli_inspect.generations)
 app.command()(cli_inspect.diff)
 app.command()(cli_inspect.audit)
+app.command()(cli_doctor.doctor)
 app.add_typer(memory_app, name="memory")
 app.command()(cli_simulate.simulate)
 app.command()(cli_simulate.compare)
@@ -203,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name="ctxledger", standalone_mode=False)
     except CtxLedgerError as exc:
-        sys.stderr.write(f"ctxledger: error: {' '.join(str(exc).split())}\n")
+        hint = DAMAGE_HINT if isinstance(exc, DecodeError) and exc.position is not None else ""
+        sys.stderr.write(f"ctxledger: error: {' '.join(str(exc).split())}{hint}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("ctxledger: aborted\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Annotated, Any
 
@@ -12,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from ctxledger.adapters.ledger import Ledger, open_ledger
+from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.rederive import RederiveReport, rederive
 from ctxledger.domain.chain import ChainCheck
@@ -265,7 +266,9 @@ HeadsOpt = Annotated[
 ]
 
 
-def _tamper_violations(chains: ChainCheck) -> list[Violation]:
+def _tamper_violations(
+    chains: ChainCheck, explained: frozenset[int] = frozenset()
+) -> list[Violation]:
     return [
         Violation(
             position=t.position,
@@ -273,7 +276,49 @@ def _tamper_violations(chains: ChainCheck) -> list[Violation]:
             detail=f"{t.stream_id} v{t.version}: {t.detail}",
         )
         for t in chains.tampered
+        if t.position not in explained
     ]
+
+
+_FOLLOWS = re.compile(r"version (\d+) follows (\d+)")
+
+
+def _quarantine_violations(
+    chains: ChainCheck, quarantined: list[Quarantined]
+) -> tuple[list[Violation], frozenset[int]]:
+    """A ``quarantined`` violation per row moved aside by ``doctor --quarantine``, and a
+    ``quarantine_gap`` for each chain break whose missing versions are all quarantined (the
+    positions of those breaks are returned: they are explained, not tampering)."""
+    by_stream: dict[str, dict[int, int]] = {}
+    found = []
+    for q in quarantined:
+        by_stream.setdefault(q.stream_id, {})[q.version] = q.position
+        found.append(
+            Violation(
+                position=q.position,
+                rule="quarantined",
+                detail=f"{q.stream_id} v{q.version} ({q.topic or 'no topic'}): {q.kind}: "
+                f"{q.reason}; moved to {QUARANTINE_TABLE} at {q.at}",
+            )
+        )
+    explained: set[int] = set()
+    for t in chains.tampered:
+        held = by_stream.get(t.stream_id)
+        match = _FOLLOWS.fullmatch(t.detail) if t.kind == "version_gap" and held else None
+        if held is None or match is None:
+            continue
+        missing = range(int(match.group(2)) + 1, int(match.group(1)))
+        if missing and all(v in held for v in missing):
+            explained.add(t.position)
+            found.append(
+                Violation(
+                    position=t.position,
+                    rule="quarantine_gap",
+                    detail=f"{t.stream_id} v{t.version}: {t.detail}: explained by quarantine "
+                    f"(positions {', '.join(str(held[v]) for v in missing)})",
+                )
+            )
+    return found, frozenset(explained)
 
 
 def audit(
@@ -287,14 +332,16 @@ def audit(
     with open_ledger(store, must_exist=True) as ledger:
         records = [(r.position, r.event) for r in ledger.read_all()]
         chains = ChainCheck().feed(ledger.stored_rows())
+        quarantined = ledger.quarantined()
         report = _rederive(ledger, len(records), quiet=as_json) if rederive_builds else None
-    violations = sorted(
-        [*audit_records(records), *_tamper_violations(chains)], key=lambda v: v.position
-    )
+    held, explained = _quarantine_violations(chains, quarantined)
+    tampered = _tamper_violations(chains, explained)
+    violations = sorted([*audit_records(records), *tampered, *held], key=lambda v: v.position)
     chain_summary: dict[str, Any] = {
         "chains": len(chains.streams),
-        "tampered": [msgspec.structs.asdict(v) for v in _tamper_violations(chains)],
+        "tampered": [msgspec.structs.asdict(v) for v in tampered],
         "legacy_events": chains.legacy_events,
+        "quarantined": [q.position for q in quarantined],
     }
     if heads:
         chain_summary["heads"] = {
@@ -327,7 +374,7 @@ def audit(
             )
     else:
         _print_audit(len(records), violations, report)
-        _print_chains(chains, show_heads=heads)
+        _print_chains(chains, show_heads=heads, explained=len(explained))
     if violations:
         first = violations[0]
         raise AuditFailedError(
@@ -342,9 +389,11 @@ def audit(
         )
 
 
-def _print_chains(chains: ChainCheck, *, show_heads: bool) -> None:
+def _print_chains(chains: ChainCheck, *, show_heads: bool, explained: int = 0) -> None:
     broken = len({t.stream_id for t in chains.tampered if t.kind != "agent_mismatch"})
     line = f"hash chains: {len(chains.streams)} streams, {broken} broken"
+    if explained:
+        line += f" ({explained} breaks explained by quarantined rows)"
     if chains.legacy_events:
         line += f" · {chains.legacy_events} events predate the chain (not linked)"
     console.print(line)

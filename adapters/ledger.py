@@ -41,7 +41,13 @@ from ctxledger.adapters.stream_locks import (
 )
 from ctxledger.domain.chain import chain_start, link, with_prev
 from ctxledger.domain.codec import decode_event, encode_checked
-from ctxledger.domain.errors import ConflictError, CtxLedgerError, StoreURLError
+from ctxledger.domain.errors import (
+    ConflictError,
+    CtxLedgerError,
+    DamagedStreamError,
+    StoredRowError,
+    StoreURLError,
+)
 from ctxledger.domain.events import EVENT_TYPES, Event
 
 __all__ = [
@@ -49,13 +55,19 @@ __all__ = [
     "Ledger",
     "LedgerUnavailableError",
     "Page",
+    "QUARANTINE_TABLE",
+    "Quarantined",
     "Recorded",
+    "decode_row",
     "open_ledger",
     "stream_id_for",
 ]
 
 EVENTS_TABLE = LEDGER_TABLE
 PROJECTIONS_TABLE = "ctxledger_projections"
+QUARANTINE_TABLE = "ctxledger_quarantine"
+"""Damaged rows moved aside by ``ctxledger doctor --quarantine`` (same database; kept whole,
+with their original position, the kind of damage, the reason and when)."""
 _PAGE = 1000
 
 
@@ -87,6 +99,21 @@ class Recorded:
     event: Event
 
 
+@dataclass(frozen=True, slots=True)
+class Quarantined:
+    """A row moved into the quarantine table: where it was in the log, what it held, why."""
+
+    position: int
+    stream_id: str
+    version: int
+    topic: str | None
+    payload: bytes | str | None
+    kind: str
+    reason: str
+    at: str
+    """When it was quarantined (ISO 8601, UTC)."""
+
+
 class _Backend(Protocol):
     recorder: ApplicationRecorder
 
@@ -106,6 +133,17 @@ class _Backend(Protocol):
 
     def save_projections(self, states: dict[str, bytes], position: int) -> None: ...
 
+    def quarantined_rows(self) -> list[tuple[Any, ...]]:
+        """The quarantine table's rows in position order (none when it does not exist):
+        ``(position, stream id, version, topic, payload, kind, reason, at)``."""
+        ...
+
+    def quarantine(self, entries: Sequence[tuple[int, str, str]], at: str) -> int:
+        """Move the rows at the positions of ``(position, kind, reason)`` *entries* from the
+        events table into the quarantine table, in one transaction; drop persisted read
+        models saved at or past the first of them. Returns the number of rows moved."""
+        ...
+
     def wait_for_new(self, timeout: float) -> None: ...
 
     def close(self) -> None: ...
@@ -120,6 +158,7 @@ class Ledger:
         self._recorder = backend.recorder
         self._append_lock = threading.Lock()
         self._locks: StreamLocks | None = None
+        self._damaged: dict[str, tuple[int, ...]] | None = None
 
     def stream_lock(
         self, stream_id: str, *, timeout: float = DEFAULT_TIMEOUT_S
@@ -149,6 +188,9 @@ class Ledger:
             return []
         if not stream_id or len(stream_id) > 512:
             raise StoreURLError(f"invalid stream id {stream_id[:60]!r}")
+        damaged = self.damaged_streams()
+        if damaged and stream_id in damaged:
+            raise DamagedStreamError(stream_id, damaged[stream_id])
         with self._append_lock:
             # Versions only grow, so "current == expected" now plus the primary key on
             # (stream, version) at insert time leaves no gap and no silent interleaving.
@@ -203,7 +245,7 @@ class Ledger:
         """Every event of one stream after *after_version*, in order (positions unknown: 0)."""
         rows = self._call(self._recorder.select_events, stream_id, gt=after_version or None)
         return [
-            Recorded(0, stream_id, r.originator_version, self._decode(r.topic, r.state, None))
+            Recorded(0, stream_id, r.originator_version, _decode_row(None, r.topic, r.state))
             for r in rows
         ]
 
@@ -233,7 +275,7 @@ class Ledger:
         while True:
             rows = self._call(self._backend.select_rows, after, None, page, streams=True)
             for position, stream_id, version, topic, state in rows:
-                yield position, str(stream_id), version, topic, bytes(state)
+                yield position, str(stream_id), version, str(topic or ""), _stored_bytes(state)
             if len(rows) < page:
                 return
             after = rows[-1][0]
@@ -293,6 +335,51 @@ class Ledger:
         """Persist read models and the position they reflect, in one transaction."""
         self._call(self._backend.save_projections, states, position)
 
+    # --- quarantine -------------------------------------------------------------------------
+
+    def raw_rows(self, *, after: int = 0, limit: int = _PAGE) -> Sequence[Sequence[Any]]:
+        """Up to *limit* stored rows after position *after* exactly as the driver returns them
+        (``(position, stream id, version, topic, payload)``, any of them possibly NULL or of
+        the wrong type): what ``ctxledger doctor`` checks one by one."""
+        rows: Sequence[Sequence[Any]] = self._call(
+            self._backend.select_rows, after, None, limit, streams=True
+        )
+        return rows
+
+    def quarantined(self) -> list[Quarantined]:
+        """Every row in the quarantine table, in position order (none without the table)."""
+        rows = self._call(self._backend.quarantined_rows)
+        return [
+            Quarantined(int(p), str(sid), int(v or 0), t, s, str(k), str(r), str(at))
+            for p, sid, v, t, s, k, r, at in rows
+        ]
+
+    def damaged_streams(self) -> dict[str, tuple[int, ...]]:
+        """Stream id → quarantined positions: the streams that refuse appends. Read once per
+        Ledger (one query) and read again after ``refresh_quarantine``."""
+        if self._damaged is None:
+            found: dict[str, list[int]] = {}
+            for q in self.quarantined():
+                found.setdefault(q.stream_id, []).append(q.position)
+            self._damaged = {sid: tuple(ps) for sid, ps in found.items()}
+        return self._damaged
+
+    def refresh_quarantine(self) -> None:
+        """Forget the cached damaged streams (the next append reads the table again)."""
+        self._damaged = None
+
+    def quarantine(self, entries: Sequence[tuple[int, str, str]], at: str) -> int:
+        """Move the rows at the positions of ``(position, kind, reason)`` *entries* into the
+        quarantine table in one transaction (kept whole, never deleted); persisted read models
+        saved at or past the first of them are dropped, so they are rebuilt from the log."""
+        if not entries:
+            return 0
+        try:
+            moved = int(self._call(self._backend.quarantine, entries, at))
+        finally:
+            self.refresh_quarantine()
+        return moved
+
     def close(self) -> None:
         if self._locks is not None:
             self._locks.close()
@@ -306,10 +393,6 @@ class Ledger:
 
     # --- helpers ------------------------------------------------------------------------------
 
-    @staticmethod
-    def _decode(topic: str, payload: bytes, position: int | None) -> Event:
-        return decode_event(topic, bytes(payload), position=position)
-
     def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
@@ -321,6 +404,17 @@ class Ledger:
 
 # --- decoding stored rows ---------------------------------------------------------------------
 
+
+def _stored_bytes(state: Any) -> bytes:
+    """A payload column as bytes for digesting: NULL is empty, TEXT its UTF-8 (both damage
+    that decoding reports; the chain check sees a payload that is not a JSON object)."""
+    if state is None:
+        return b""
+    if isinstance(state, str):
+        return state.encode("utf-8", "surrogatepass")
+    return bytes(state)
+
+
 _FAST_DECODERS: dict[str, Callable[[bytes], Any]] = {
     f"{name}.v{cls.schema_version}": msgspec.json.Decoder(cls).decode
     for name, cls in EVENT_TYPES.items()
@@ -331,18 +425,50 @@ _FAST_MAX_BYTES = 1 << 20
 """Larger payloads take ``decode_event``, which enforces the payload size limit."""
 
 
-def _decode_row(position: int, topic: Any, state: Any) -> Event:
+def _decode_row(position: int | None, topic: Any, state: Any) -> Event:
     """One stored row's event. A current-schema topic decodes with its cached decoder; any
     other topic (an old version to upcast, an unknown or future one) and every failure go
-    through ``decode_event``, which upcasts or raises the typed DecodeError with the position."""
-    decode = _FAST_DECODERS.get(topic)
-    if decode is not None and len(state) <= _FAST_MAX_BYTES:
+    through ``_decode_stored``, which upcasts or raises the typed DecodeError with the position."""
+    decode = _FAST_DECODERS.get(topic) if type(topic) is str else None
+    if decode is not None and type(state) is bytes and len(state) <= _FAST_MAX_BYTES:
         try:
             event: Event = decode(state)
         except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
             pass
         else:
             return event
+    return _decode_stored(position, topic, state)
+
+
+decode_row = _decode_row
+"""The event of one stored row as the driver returned it (``ctxledger doctor`` checks each
+row with it): the decoder of every reader, typed DecodeError with the position."""
+
+
+def _decode_stored(position: int | None, topic: Any, state: Any) -> Event:
+    """``decode_event`` for a row as the driver returned it: a NULL or non-text topic and a
+    NULL or TEXT payload (SQLite stores TEXT in a BLOB column) are typed StoredRowErrors with
+    the position, like every other kind of damage."""
+    if topic is None:
+        raise StoredRowError("null_topic", "the topic is NULL", position=position)
+    if not isinstance(topic, str):
+        raise StoredRowError(
+            "bad_topic", f"the topic is {type(topic).__name__}, not text", position=position
+        )
+    if state is None:
+        raise StoredRowError("null_payload", f"{topic[:80]} payload is NULL", position=position)
+    if isinstance(state, str):
+        raise StoredRowError(
+            "text_payload",
+            f"{topic[:80]} payload is stored as TEXT, not bytes (written outside ctxledger)",
+            position=position,
+        )
+    if not isinstance(state, bytes | bytearray | memoryview):
+        raise StoredRowError(
+            "bad_payload",
+            f"{topic[:80]} payload is {type(state).__name__}, not bytes",
+            position=position,
+        )
     return decode_event(topic, bytes(state), position=position)
 
 
@@ -353,14 +479,15 @@ def _decode_events(rows: Sequence[Sequence[Any]]) -> list[Event]:
     events: list[Event] = []
     append = events.append
     for position, topic, state in rows:
+        # (a NULL topic is no key of ``fast``; a TEXT payload is str, which msgspec would take)
         decode = fast.get(topic)
-        if decode is not None and len(state) <= _FAST_MAX_BYTES:
+        if decode is not None and type(state) is bytes and len(state) <= _FAST_MAX_BYTES:
             try:
                 append(decode(state))
                 continue
             except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
                 pass
-        append(decode_event(topic, bytes(state), position=position))
+        append(_decode_stored(position, topic, state))
     return events
 
 
@@ -391,6 +518,12 @@ class _MemoryBackend:
     def save_projections(self, states: dict[str, bytes], position: int) -> None:
         with self._lock:
             self._projections.update({k: (position, v) for k, v in states.items()})
+
+    def quarantined_rows(self) -> list[tuple[Any, ...]]:
+        return []
+
+    def quarantine(self, entries: Sequence[tuple[int, str, str]], at: str) -> int:
+        raise StoreURLError("memory:// keeps no damaged rows to quarantine")
 
     def wait_for_new(self, timeout: float) -> None:
         time.sleep(timeout)
@@ -454,6 +587,44 @@ class _SQLiteBackend:
                     "state=excluded.state",
                     (name, position, state),
                 )
+
+    def quarantined_rows(self) -> list[tuple[Any, ...]]:
+        with self.datastore.transaction(commit=False) as c:
+            cursor = c.sqlite_cursor
+            cursor.row_factory = None
+            cursor.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (QUARANTINE_TABLE,)
+            )
+            if cursor.fetchone() is None:
+                return []
+            cursor.execute(
+                "SELECT position, originator_id, originator_version, topic, state, kind, "
+                f"reason, quarantined_at FROM {QUARANTINE_TABLE} ORDER BY position"
+            )
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+        return rows
+
+    def quarantine(self, entries: Sequence[tuple[int, str, str]], at: str) -> int:
+        moved = 0
+        with self.datastore.transaction(commit=True) as c:
+            cursor = c.sqlite_cursor
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {QUARANTINE_TABLE} (position INTEGER PRIMARY KEY, "
+                "originator_id TEXT, originator_version INTEGER, topic TEXT, state BLOB, "
+                "kind TEXT NOT NULL, reason TEXT NOT NULL, quarantined_at TEXT NOT NULL)"
+            )
+            for position, kind, reason in entries:
+                cursor.execute(
+                    f"INSERT INTO {QUARANTINE_TABLE} SELECT rowid, originator_id, "
+                    "originator_version, topic, state, ?, ?, ? "
+                    f"FROM {EVENTS_TABLE} WHERE rowid=?",
+                    (kind, reason, at, position),
+                )
+                cursor.execute(f"DELETE FROM {EVENTS_TABLE} WHERE rowid=?", (position,))
+                moved += cursor.rowcount
+            first = min(p for p, _, _ in entries)
+            cursor.execute(f"DELETE FROM {PROJECTIONS_TABLE} WHERE position>=?", (first,))
+        return moved
 
     def wait_for_new(self, timeout: float) -> None:
         time.sleep(timeout)
@@ -557,6 +728,61 @@ class _PostgresBackend:
                     "position=excluded.position, state=excluded.state",
                     (name, position, state),
                 )
+
+    def _table(self, name: str) -> Any:
+        from psycopg.sql import SQL, Identifier
+
+        return SQL("{}.{}").format(Identifier(self.datastore.schema), Identifier(name))
+
+    def quarantined_rows(self) -> list[tuple[Any, ...]]:
+        from psycopg.rows import tuple_row
+        from psycopg.sql import SQL
+
+        with self.datastore.get_connection() as conn, conn.cursor(row_factory=tuple_row) as cur:
+            cur.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
+                (self.datastore.schema, QUARANTINE_TABLE),
+            )
+            if cur.fetchone() is None:
+                return []
+            cur.execute(
+                SQL(
+                    "SELECT position, originator_id, originator_version, topic, state, kind, "
+                    "reason, quarantined_at FROM {} ORDER BY position"
+                ).format(self._table(QUARANTINE_TABLE))
+            )
+            rows: list[tuple[Any, ...]] = cur.fetchall()
+        return rows
+
+    def quarantine(self, entries: Sequence[tuple[int, str, str]], at: str) -> int:
+        from psycopg.sql import SQL
+
+        quarantine, events = self._table(QUARANTINE_TABLE), self._table(EVENTS_TABLE)
+        moved = 0
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(
+                SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (position bigint PRIMARY KEY, "
+                    "originator_id text, originator_version bigint, topic text, state bytea, "
+                    "kind text NOT NULL, reason text NOT NULL, quarantined_at text NOT NULL)"
+                ).format(quarantine)
+            )
+            for position, kind, reason in entries:
+                c.execute(
+                    SQL(
+                        "INSERT INTO {} SELECT notification_id, originator_id, "
+                        "originator_version, topic, state, %s, %s, %s FROM {} "
+                        "WHERE notification_id=%s"
+                    ).format(quarantine, events),
+                    (kind, reason, at, position),
+                )
+                c.execute(
+                    SQL("DELETE FROM {} WHERE notification_id=%s").format(events), (position,)
+                )
+                moved += c.rowcount
+            first = min(p for p, _, _ in entries)
+            c.execute(f"DELETE FROM {PROJECTIONS_TABLE} WHERE position>=%s", (first,))
+        return moved
 
     def wait_for_new(self, timeout: float) -> None:
         """Block on LISTEN until a NOTIFY or *timeout*; fall back to sleeping."""

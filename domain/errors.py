@@ -6,6 +6,7 @@ __all__ = [
     "BudgetError",
     "ConflictError",
     "CtxLedgerError",
+    "DamagedStreamError",
     "DecodeError",
     "FutureSchemaError",
     "IntakeMissingError",
@@ -19,6 +20,7 @@ __all__ = [
     "ProtectedTableError",
     "RefreshExhaustedError",
     "SecretRefusedError",
+    "StoredRowError",
     "StoreKindError",
     "StoreURLError",
     "TrajectoryFormatError",
@@ -77,6 +79,29 @@ class UnknownEventTypeError(DecodeError):
 
 class FutureSchemaError(DecodeError):
     """A stored payload written by a newer schema version than this code knows."""
+
+
+class StoredRowError(DecodeError):
+    """A stored row whose columns are not what the ledger writes: a NULL or TEXT payload, a
+    NULL or non-text topic (written behind the ledger's back). ``kind`` names which."""
+
+    def __init__(self, kind: str, reason: str, *, position: int | None = None) -> None:
+        self.kind = kind
+        super().__init__(reason, position=position)
+
+
+class DamagedStreamError(CtxLedgerError):
+    """An append to a stream that has rows in quarantine (``ctxledger doctor --quarantine``):
+    its history has a hole, so nothing more is decided on it until it is repaired."""
+
+    def __init__(self, stream_id: str, positions: tuple[int, ...]) -> None:
+        self.stream_id = stream_id
+        self.positions = positions
+        shown = ", ".join(str(p) for p in positions[:5]) + (" …" if len(positions) > 5 else "")
+        super().__init__(
+            f"stream {stream_id[:120]} is damaged: rows at position {shown} are quarantined "
+            "(ctxledger_quarantine); it refuses appends until repaired"
+        )
 
 
 class TrajectoryFormatError(InvalidInputError):
