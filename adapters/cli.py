@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.table import Table
 
 from ctxledger.adapters import (
-    __version__,
     cli_control,
     cli_doctor,
     cli_inspect,
@@ -22,6 +21,7 @@ from ctxledger.adapters import (
 )
 from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.ledger import open_ledger
+from ctxledger.adapters.logs import LogLevel, configure_logging
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
 from ctxledger.domain.errors import CtxLedgerError, DecodeError
 
@@ -158,6 +158,8 @@ app.command()(cli_control.configure)
 
 def _show_version(value: bool) -> None:
     if value:
+        from ctxledger.adapters import __version__
+
         sys.stdout.write(f"ctxledger {__version__}\n")
         raise typer.Exit()
 
@@ -170,8 +172,16 @@ def _root(
             "--version", help="Print the version and exit.", is_eager=True, callback=_show_version
         ),
     ] = False,
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            envvar="CTXLEDGER_LOG_LEVEL",
+            help="Log records of the ctxledger loggers at this level and above, on stderr.",
+        ),
+    ] = LogLevel.warning,
 ) -> None:
-    pass
+    configure_logging(log_level)
 
 
 def _click_exceptions() -> tuple[

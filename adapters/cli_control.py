@@ -6,27 +6,16 @@ import enum
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, assert_never
+from typing import TYPE_CHECKING, Annotated, Any, assert_never
 
 import msgspec
 import typer
 from rich.console import Console
 
-from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.controls import (
-    Control,
-    Pin,
-    Promote,
-    Rebuild,
-    Refresh,
-    Remove,
-    Unpin,
-    Verify,
-    apply_control,
-)
-from ctxledger.adapters.memory_catalog import MemoryCatalog
-from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.domain.errors import InvalidInputError
+
+if TYPE_CHECKING:  # the engine loads when a command runs, not for `ctxledger --help`
+    from ctxledger.adapters.controls import Control
 
 __all__ = ["configure", "control"]
 
@@ -49,6 +38,8 @@ BY = "cli"
 
 def _control(action: Action, agent: str, item: str, reason: str) -> Control:
     """The control struct of the command line's arguments."""
+    from ctxledger.adapters.controls import Pin, Promote, Rebuild, Refresh, Remove, Unpin, Verify
+
     match action:
         case Action.pin:
             return Pin(agent_id=agent, item_id=item, by=BY)
@@ -94,6 +85,11 @@ def control(
         raise InvalidInputError(f"{action.value} takes no ITEM_ID")
     if action is Action.promote and catalog is None:
         raise InvalidInputError("promote needs --catalog PATH")
+    from ctxledger.adapters.bootstrap import open_engine
+    from ctxledger.adapters.controls import apply_control
+    from ctxledger.adapters.memory_catalog import MemoryCatalog
+    from ctxledger.adapters.project_memory import ProjectMemory
+
     command = _control(action, agent, item, reason)
     cat = MemoryCatalog.open(catalog) if catalog is not None else None
     try:
@@ -144,6 +140,8 @@ def configure(
 ) -> None:
     """Change an agent's build settings (appends AgentConfigured; every later build, refresh
     and rebuild, from any process, uses them)."""
+    from ctxledger.adapters.bootstrap import open_engine
+
     engine = open_engine(store, must_exist=True)
     try:
         before = engine.ledger.max_position()

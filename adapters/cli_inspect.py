@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
@@ -15,7 +15,6 @@ from rich.table import Table
 
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
-from ctxledger.adapters.rederive import RederiveReport, rederive
 from ctxledger.domain.chain import ChainCheck
 from ctxledger.domain.errors import CtxLedgerError, UnknownAgentError
 from ctxledger.projections.audit import Violation
@@ -23,6 +22,9 @@ from ctxledger.projections.audit import audit as audit_records
 from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.generations import Generations
 from ctxledger.projections.inspector import ContextView, ItemView, diff_generations, inspect_agent
+
+if TYPE_CHECKING:  # re-deriving (and its tokenizer) loads with `audit --rederive`
+    from ctxledger.adapters.rederive import RederiveReport
 
 __all__ = ["AuditFailedError", "audit", "diff", "generations", "inspect", "read_states"]
 
@@ -407,6 +409,8 @@ def _print_chains(chains: ChainCheck, *, show_heads: bool, explained: int = 0) -
 
 
 def _rederive(ledger: Ledger, total: int, *, quiet: bool) -> RederiveReport:
+    from ctxledger.adapters.rederive import rederive
+
     with Progress(
         TextColumn("re-deriving builds"),
         BarColumn(),

@@ -7,20 +7,21 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.engine import ContextEngine
-from ctxledger.adapters.memory_catalog import MemoryCatalog
-from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.adapters.store_files import check_catalog_file
 from ctxledger.domain.errors import InvalidInputError
-from ctxledger.domain.memory import MEMORY_STATES, MemoryEntry
+from ctxledger.domain.memory import MEMORY_STATES
+
+if TYPE_CHECKING:  # the catalog (pydantic schemas, detect-secrets) loads when a command runs
+    from ctxledger.adapters.engine import ContextEngine
+    from ctxledger.adapters.memory_catalog import MemoryCatalog
+    from ctxledger.domain.memory import MemoryEntry
 
 __all__ = ["memory_app"]
 
@@ -53,11 +54,16 @@ def _open(catalog: Path, *, create: bool = False) -> MemoryCatalog:
     if not create and not catalog.is_file():
         raise InvalidInputError(f"{catalog}: no such catalog file")
     check_catalog_file(catalog, must_be_catalog=not create)
+    from ctxledger.adapters.memory_catalog import MemoryCatalog
+
     return MemoryCatalog.open(catalog)
 
 
 @contextmanager
 def _engine(store: str, catalog: MemoryCatalog) -> Iterator[ContextEngine]:
+    from ctxledger.adapters.bootstrap import open_engine
+    from ctxledger.adapters.project_memory import ProjectMemory
+
     engine = open_engine(store, memory=ProjectMemory(catalog))
     try:
         yield engine
@@ -88,6 +94,8 @@ def list_entries(
     """Every entry with its state (bodies are shown by `show` only)."""
     if state and state not in MEMORY_STATES:
         raise InvalidInputError(f"unknown state {state!r}; use one of {', '.join(MEMORY_STATES)}")
+    from ctxledger.adapters.memory_catalog import MemoryCatalog
+
     with MemoryCatalog.open_read_only(catalog) as cat:  # a reader never writes
         entries = cat.list(states=(state,) if state else None)
     if as_json:
@@ -112,6 +120,8 @@ def list_entries(
 @memory_app.command()
 def show(catalog: CatalogOpt, memory_id: IdArg, as_json: JsonOpt = False) -> None:
     """One entry, body included."""
+    from ctxledger.adapters.memory_catalog import MemoryCatalog
+
     with MemoryCatalog.open_read_only(catalog) as cat:
         entry = cat.get(memory_id)
     if as_json:

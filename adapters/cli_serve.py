@@ -88,6 +88,9 @@ def serve(
     ] = None,
 ) -> None:
     """The web inspector: agents, generations, diffs, cache and memory in a browser."""
+    from ctxledger.adapters.extras import require_extra
+
+    require_extra("web", "ctxledger serve")
     import uvicorn
 
     from ctxledger.adapters.web import create_app

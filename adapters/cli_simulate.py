@@ -6,17 +6,17 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ctxledger.adapters.simulate import SimulationReport
-from ctxledger.adapters.simulate import compare as run_compare
-from ctxledger.adapters.simulate import simulate as run_simulate
 from ctxledger.domain.errors import CtxLedgerError
+
+if TYPE_CHECKING:  # the engine and importers load when a command runs
+    from ctxledger.adapters.simulate import SimulationReport
 
 __all__ = ["COMPARE_LEGEND", "compare", "compare_table", "simulate"]
 
@@ -72,6 +72,8 @@ def simulate(
     as_json: JsonOpt = False,
 ) -> None:
     """Replay a recorded agent run turn by turn through one engine and measure its prompts."""
+    from ctxledger.adapters.simulate import simulate as run_simulate
+
     report = run_simulate(
         path,
         format=format,
@@ -140,6 +142,8 @@ def compare(
 ) -> None:
     """The same recorded run through several strategies: one row per strategy (a strategy
     whose run fails gets a row saying why; the others still run)."""
+    from ctxledger.adapters.simulate import compare as run_compare
+
     failed: dict[str, str] = {}
     reports = run_compare(
         path,

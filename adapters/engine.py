@@ -16,14 +16,13 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import msgspec
 
 from ctxledger.adapters.boundary import checked
 from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.ledger import Ledger, open_ledger, stream_id_for
-from ctxledger.adapters.project_memory import ProjectMemory, memory_stream
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.secret_scan import SecretScanner
 from ctxledger.adapters.tokens import default_counter
@@ -90,6 +89,9 @@ from ctxledger.projections.generations import AgentGenerations, Generations
 from ctxledger.projections.inspector import InspectorState
 from ctxledger.projections.pool import AgentPool, Pool, check_recordable
 
+if TYPE_CHECKING:  # the memory subsystem (catalog, pydantic schemas) loads with a ProjectMemory
+    from ctxledger.adapters.project_memory import ProjectMemory
+
 __all__ = [
     "BuildResult",
     "ContextEngine",
@@ -111,6 +113,9 @@ class EngineSettings:
     """How long a writer waits for another writer of the same stream before a ConflictError."""
     save_every: int = 500
 
+
+_log = logging.getLogger("ctxledger.engine")
+"""Builds (debug), rebuilds, refreshes, conflict retries, turn errors (see adapters/logs.py)."""
 
 _ABANDONED = "process ended before the build finished"
 _SUPERSEDED = "superseded: the agent's stream moved during the build"
@@ -269,6 +274,14 @@ class ContextEngine:
                 else:
                     conflicted = False
             if conflicted:
+                _log.info(
+                    "conflict appending to %s: another writer moved it; deciding again "
+                    "(retry %d of %d)",
+                    stream,
+                    attempt + 1,
+                    retries - 1,
+                    extra={"stream": stream, "attempt": attempt + 1},
+                )
                 time.sleep(random.uniform(0, 0.002 * 2**attempt))
                 continue
             self._appended(len(events))
@@ -574,6 +587,8 @@ class ContextEngine:
         memory = self._require_memory()
         item = self._known_item(agent_id, item_id)
         event = memory.promote(self.agent(agent_id).agent, item, now=self._now())
+        from ctxledger.adapters.project_memory import memory_stream
+
         self._append_memory(memory_stream(event.partition), event)
         return event.memory_id
 
@@ -739,11 +754,35 @@ class ContextEngine:
             try:
                 return self._finish(stream, started, at_version, latest_user_input)
             except _Superseded:
+                _log.info(
+                    "build %s superseded: the stream moved during it; building again "
+                    "(attempt %d of %d)",
+                    started.pack_id,
+                    attempt + 2,
+                    self.settings.conflict_retries,
+                    extra={
+                        "agent_id": agent_id,
+                        "generation": started.generation,
+                        "pack_id": started.pack_id,
+                        "stream": stream,
+                        "attempt": attempt + 1,
+                    },
+                )
                 time.sleep(random.uniform(0, 0.002 * 2**attempt))
             except KeyboardInterrupt:
                 self._close(stream, started, interrupted=True, reason="interrupted")
                 raise
             except Exception as exc:
+                _log.warning(
+                    "build %s failed: %s",
+                    started.pack_id,
+                    _reason(exc),
+                    extra={
+                        "agent_id": agent_id,
+                        "generation": started.generation,
+                        "pack_id": started.pack_id,
+                    },
+                )
                 self._close(stream, started, interrupted=False, reason=_reason(exc))
                 raise
         raise ConflictError(
@@ -834,6 +873,25 @@ class ContextEngine:
         if record.stable_prompt is not None:
             self._prompts[agent_id] = (started.pack_id, record.stable_prompt)
         self._appended(len(record.events))
+        level = logging.INFO if record.kind == "rebuild" else logging.DEBUG
+        if _log.isEnabledFor(level):  # the summary costs a pass over the pack's items
+            pack = record.pack
+            _log.log(
+                level,
+                "%s %s: %d of %d tokens, %d items%s",
+                "rebuild" if record.kind == "rebuild" else "build",
+                started.pack_id,
+                pack.budget_used,
+                pack.budget_limit,
+                sum(len(items) for items in pack.layers.values()),
+                f" ({started.force_rebuild})" if started.force_rebuild else "",
+                extra={
+                    "agent_id": agent_id,
+                    "generation": record.generation,
+                    "pack_id": started.pack_id,
+                    "kind": record.kind,
+                },
+            )
         return BuildResult(
             pack=record.pack,
             prompt=record.prompt,
@@ -1045,6 +1103,19 @@ class ContextEngine:
             message=verdict.message,
         )
         self._append_agent(agent_id, lambda: [failed])
+        _log.log(
+            logging.INFO if verdict.error_class == "context_limit" else logging.WARNING,
+            "turn error (%s%s): %s",
+            verdict.error_class,
+            f" from {verdict.provider}" if verdict.provider else "",
+            " ".join(verdict.message.split())[:300],
+            extra={
+                "agent_id": agent_id,
+                "generation": failed.generation,
+                "error_class": verdict.error_class,
+                "provider": verdict.provider or None,
+            },
+        )
         if verdict.error_class != "context_limit":
             return TurnErrorOutcome(error=verdict, refreshed=False)
         reason = f"context-limit error{' from ' + verdict.provider if verdict.provider else ''}"
@@ -1095,6 +1166,16 @@ class ContextEngine:
                 message = f"Context refreshed · Generation {start} → {result.generation} · Reason: {reason}"
                 if steps > 1:
                     message += f" ({steps} refreshes to get below {failed_tokens} tokens)"
+                _log.info(
+                    "%s",
+                    message,
+                    extra={
+                        "agent_id": agent_id,
+                        "generation": result.generation,
+                        "pack_id": result.pack.id,
+                        "kind": trigger,
+                    },
+                )
                 return msgspec.structs.replace(result, message=message)
 
     def _refresh_generation(

@@ -635,6 +635,9 @@ class _SQLiteBackend:
 
 class _PostgresBackend:
     def __init__(self, url: str) -> None:
+        from ctxledger.adapters.extras import require_extra
+
+        require_extra("postgres", "a postgresql:// store")
         import psycopg
         from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 

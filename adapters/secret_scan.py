@@ -5,37 +5,16 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import functools
 import hashlib
 import re
 from collections.abc import Iterator
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
-from detect_secrets.filters import heuristic
-from detect_secrets.plugins.aws import AWSKeyDetector
-from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.base import BasePlugin
-from detect_secrets.plugins.basic_auth import BasicAuthDetector
-from detect_secrets.plugins.cloudant import CloudantDetector
-from detect_secrets.plugins.discord import DiscordBotTokenDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
-from detect_secrets.plugins.ibm_cloud_iam import IbmCloudIamDetector
-from detect_secrets.plugins.ibm_cos_hmac import IbmCosHmacDetector
-from detect_secrets.plugins.jwt import JwtTokenDetector
-from detect_secrets.plugins.keyword import KeywordDetector
-from detect_secrets.plugins.mailchimp import MailchimpDetector
-from detect_secrets.plugins.npm import NpmDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.private_key import PrivateKeyDetector
-from detect_secrets.plugins.pypi_token import PypiTokenDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.softlayer import SoftlayerDetector
-from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-from detect_secrets.plugins.stripe import StripeDetector
-from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
-from detect_secrets.plugins.twilio import TwilioKeyDetector
+if TYPE_CHECKING:  # detect-secrets (and requests under it) loads with the first scanner
+    from types import ModuleType
+
+    from detect_secrets.plugins.base import BasePlugin
 
 __all__ = ["DEFAULT_MAX_SCAN_CHARS", "Finding", "SecretScanner", "redaction_marker"]
 
@@ -256,10 +235,41 @@ def _shorten_word_runs(text: str) -> str:
     return _LONG_WORD_RUN.sub(lambda m: m.group()[:half] + " " + m.group()[-half:], text)
 
 
+@functools.cache
+def _heuristic() -> ModuleType:
+    from detect_secrets.filters import heuristic
+
+    return heuristic
+
+
 def _specific_plugins() -> tuple[BasePlugin, ...]:
     # Every detect-secrets 1.5 plugin with a specific shape. Left out on purpose: the hex
     # entropy plugin (commit ids and file hashes are ordinary project memory) and the public
-    # IP plugin (an address is not a credential).
+    # IP plugin (an address is not a credential). Imported here, not at module level:
+    # detect-secrets pulls in requests (~0.4 s), which `ctxledger --help` must not pay.
+    from detect_secrets.plugins.aws import AWSKeyDetector
+    from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
+    from detect_secrets.plugins.basic_auth import BasicAuthDetector
+    from detect_secrets.plugins.cloudant import CloudantDetector
+    from detect_secrets.plugins.discord import DiscordBotTokenDetector
+    from detect_secrets.plugins.github_token import GitHubTokenDetector
+    from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
+    from detect_secrets.plugins.ibm_cloud_iam import IbmCloudIamDetector
+    from detect_secrets.plugins.ibm_cos_hmac import IbmCosHmacDetector
+    from detect_secrets.plugins.jwt import JwtTokenDetector
+    from detect_secrets.plugins.mailchimp import MailchimpDetector
+    from detect_secrets.plugins.npm import NpmDetector
+    from detect_secrets.plugins.openai import OpenAIDetector
+    from detect_secrets.plugins.private_key import PrivateKeyDetector
+    from detect_secrets.plugins.pypi_token import PypiTokenDetector
+    from detect_secrets.plugins.sendgrid import SendGridDetector
+    from detect_secrets.plugins.slack import SlackDetector
+    from detect_secrets.plugins.softlayer import SoftlayerDetector
+    from detect_secrets.plugins.square_oauth import SquareOAuthDetector
+    from detect_secrets.plugins.stripe import StripeDetector
+    from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
+    from detect_secrets.plugins.twilio import TwilioKeyDetector
+
     return (
         AWSKeyDetector(),
         AzureStorageKeyDetector(),
@@ -306,6 +316,9 @@ class SecretScanner:
         self._chunk = chunk_chars
         self._step = chunk_chars - overlap_chars
         self.max_chars = max_chars
+        from detect_secrets.plugins.high_entropy_strings import Base64HighEntropyString
+        from detect_secrets.plugins.keyword import KeywordDetector
+
         self._specific = _specific_plugins()
         self._keyword = KeywordDetector()
         self._entropy = Base64HighEntropyString(limit=_ENTROPY_LIMIT)
@@ -488,7 +501,7 @@ class SecretScanner:
                 value
                 and self._plausible(value, shortened)
                 and not _WORDY.fullmatch(value)
-                and not heuristic.is_indirect_reference(chunk)
+                and not _heuristic().is_indirect_reference(chunk)
             ):
                 yield str(self._keyword.secret_type), str(value)
         for value in self._entropy.analyze_string(chunk):
@@ -523,7 +536,7 @@ class SecretScanner:
                 return str(plugin.secret_type)
         shortened = _shorten_word_runs(chunk)
         for value in self._keyword.analyze_string(shortened):
-            if self._plausible(value, shortened) and not heuristic.is_indirect_reference(chunk):
+            if self._plausible(value, shortened) and not _heuristic().is_indirect_reference(chunk):
                 return str(self._keyword.secret_type)
         for value in self._entropy.analyze_string(chunk):
             if self._entropy.calculate_shannon_entropy(value) > _ENTROPY_LIMIT and self._plausible(
@@ -535,10 +548,10 @@ class SecretScanner:
     @staticmethod
     def _plausible(value: str, line: str) -> bool:
         return not (
-            heuristic.is_templated_secret(value)
-            or heuristic.is_prefixed_with_dollar_sign(value)
-            or heuristic.is_sequential_string(value)
-            or heuristic.is_potential_uuid(value)
-            or heuristic.is_not_alphanumeric_string(value)
-            or heuristic.is_likely_id_string(value, line)
+            _heuristic().is_templated_secret(value)
+            or _heuristic().is_prefixed_with_dollar_sign(value)
+            or _heuristic().is_sequential_string(value)
+            or _heuristic().is_potential_uuid(value)
+            or _heuristic().is_not_alphanumeric_string(value)
+            or _heuristic().is_likely_id_string(value, line)
         )

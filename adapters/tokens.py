@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
-
-import tiktoken
+from typing import TYPE_CHECKING
 
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.tokens import DEFAULT_CACHE_SIZE, CachedCounter, CacheInfo, EstimatingCounter
+
+if TYPE_CHECKING:  # tiktoken loads with the first counter
+    import tiktoken
 
 __all__ = ["OFFLINE_ENCODING", "TiktokenCounter", "counter_named", "default_counter"]
 
@@ -41,6 +43,8 @@ class TiktokenCounter:
     def __init__(
         self, encoding: tiktoken.Encoding | None = None, *, cache_size: int = DEFAULT_CACHE_SIZE
     ) -> None:
+        import tiktoken
+
         enc = encoding if encoding is not None else tiktoken.get_encoding(OFFLINE_ENCODING)
         self._encoding = enc
         self._cached = CachedCounter(_RawTiktoken(enc), maxsize=cache_size)
@@ -77,6 +81,8 @@ def counter_named(name: str) -> TokenCounter | None:
     prefix = "tiktoken:"
     if name.startswith(prefix):
         try:
+            import tiktoken
+
             return TiktokenCounter(tiktoken.get_encoding(name[len(prefix) :]))
         except (ValueError, OSError, ImportError):
             return None

@@ -1,0 +1,195 @@
+"""Log records of the ``ctxledger`` loggers: builds, rebuilds, refreshes, conflict retries and
+turn errors, each with the agent id and generation as structured attributes; and the CLI's
+``--log-level`` handler."""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.logs import LOGGER, StructuredFormatter, configure_logging
+from ctxledger.domain import events as ev
+from ctxledger.domain.model import AgentIdentity, Layer, Source
+
+AGENT = "primary-1"
+ENGINE_LOGGER = "ctxledger.engine"
+CONTEXT_LIMIT = {
+    "type": "error",
+    "error": {
+        "type": "invalid_request_error",
+        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+    },
+}
+
+
+@pytest.fixture
+def engine() -> Iterator[ContextEngine]:
+    with ContextEngine.open("memory://") as e:
+        e.register_agent(AgentIdentity(agent_id=AGENT, role="primary", task="t", budget=4000))
+        e.record(AGENT, "Fix the login timeout", layer=Layer.L1, source=Source.USER_REQUIREMENT)
+        e.record(
+            AGENT, "FAILED test_refresh - TypeError", layer=Layer.L1, source=Source.TEST_RESULT
+        )
+        yield e
+
+
+def _records(caplog: pytest.LogCaptureFixture, level: int) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == ENGINE_LOGGER and r.levelno == level]
+
+
+def test_a_build_logs_at_debug_with_agent_and_generation(
+    engine: ContextEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.DEBUG, logger=LOGGER):
+        result = engine.build(AGENT)
+    (record,) = _records(caplog, logging.DEBUG)
+    assert record.getMessage().startswith(f"build {result.pack.id}: ")
+    assert f"{result.pack.budget_used} of {result.pack.budget_limit} tokens" in record.getMessage()
+    assert record.__dict__["agent_id"] == AGENT
+    assert record.__dict__["generation"] == result.generation == 1
+    assert record.__dict__["kind"] == result.kind
+
+
+def test_builds_are_silent_at_info(engine: ContextEngine, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        engine.build(AGENT)
+    assert [r for r in caplog.records if r.name == ENGINE_LOGGER] == []
+
+
+def test_a_context_limit_error_logs_the_turn_error_and_the_refresh(
+    engine: ContextEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    engine.build(AGENT)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        outcome = engine.on_turn_error(AGENT, CONTEXT_LIMIT)
+    assert outcome.refreshed
+    assert outcome.result is not None
+    turn, refreshed = _records(caplog, logging.INFO)
+    assert turn.getMessage().startswith("turn error (context_limit from anthropic): prompt is")
+    assert (turn.__dict__["agent_id"], turn.__dict__["generation"]) == (AGENT, 1)
+    assert turn.__dict__["error_class"] == "context_limit"
+    assert refreshed.getMessage() == outcome.message
+    assert refreshed.__dict__["agent_id"] == AGENT
+    assert refreshed.__dict__["generation"] == outcome.result.generation == 2
+    assert refreshed.__dict__["kind"] == "context_limit"
+
+
+def test_another_turn_error_is_a_warning(
+    engine: ContextEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        outcome = engine.on_turn_error(AGENT, RuntimeError("upstream 503: overloaded"))
+    assert not outcome.refreshed
+    (record,) = _records(caplog, logging.WARNING)
+    assert "upstream 503: overloaded" in record.getMessage()
+    assert record.__dict__["generation"] == 1
+    assert record.__dict__["error_class"] == "other"
+    assert _records(caplog, logging.INFO) == []
+
+
+def test_a_rebuild_logs_at_info(engine: ContextEngine, caplog: pytest.LogCaptureFixture) -> None:
+    engine.build(AGENT)
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        result = engine.rebuild(AGENT, reason="too big")
+    (record,) = _records(caplog, logging.INFO)
+    assert record.getMessage().startswith("rebuild ")
+    assert "(manual: too big)" in record.getMessage()
+    assert record.__dict__["kind"] == "rebuild"
+    assert record.__dict__["generation"] == result.generation == 2
+
+
+def test_a_conflict_retry_logs_the_stream_and_attempt(
+    engine: ContextEngine, caplog: pytest.LogCaptureFixture
+) -> None:
+    stream = f"ctx/{engine.settings.session_id}/{AGENT}"
+    assert engine.ledger.stream_version(stream) > 0
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    calls: list[int] = []
+
+    def decide(version: int) -> list[ev.Event]:
+        calls.append(version)
+        if len(calls) == 1:  # another writer lands first, past the lock (a real conflict)
+            other = ev.TurnSucceeded(at=now, agent_id=AGENT)
+            engine.ledger.append(stream, [other], expected_version=version)
+        return [ev.TurnSucceeded(at=now, agent_id=AGENT)]
+
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        engine.decide_and_append(stream, decide)
+    assert calls == [calls[0], calls[0] + 1]  # decided again on the moved stream
+    (record,) = _records(caplog, logging.INFO)
+    assert record.getMessage().startswith(f"conflict appending to {stream}")
+    assert record.__dict__["stream"] == stream
+    assert record.__dict__["attempt"] == 1
+
+
+def test_configure_logging_writes_one_line_with_the_fields_and_never_doubles() -> None:
+    first, second = io.StringIO(), io.StringIO()
+    logger = logging.getLogger(LOGGER)
+    before = list(logger.handlers), logger.level
+    try:
+        configure_logging("info", first)
+        handler = configure_logging("info", second)
+        assert handler in logger.handlers
+        assert len(logger.handlers) == len(before[0]) + 1
+        logging.getLogger(ENGINE_LOGGER).info(
+            "two\nlines", extra={"agent_id": "a", "generation": 3}
+        )
+        logging.getLogger(ENGINE_LOGGER).debug("below the level")
+    finally:
+        for h in [h for h in logger.handlers if h not in before[0]]:
+            logger.removeHandler(h)
+        logger.setLevel(before[1])
+    assert first.getvalue() == ""
+    assert second.getvalue() == (
+        "ctxledger: INFO ctxledger.engine: two lines [agent_id=a generation=3]\n"
+    )
+
+
+def test_the_formatter_leaves_records_without_fields_plain() -> None:
+    record = logging.LogRecord("ctxledger.x", logging.WARNING, __file__, 1, "plain", None, None)
+    assert StructuredFormatter().format(record) == "ctxledger: WARNING ctxledger.x: plain"
+
+
+def _demo(tmp_path: Path, *level: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CTXLEDGER_")}
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "ctxledger"), *level, "demo", "--path", "d.db"],
+        check=False,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+
+
+def test_cli_log_level_sends_the_engine_records_to_stderr(tmp_path: Path) -> None:
+    out = _demo(tmp_path, "--log-level", "debug")
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.splitlines()
+    assert lines
+    assert all(line.startswith("ctxledger: ") for line in lines), lines
+    assert any(
+        line.startswith("ctxledger: DEBUG ctxledger.engine: build primary-1/g1/")
+        and "[agent_id=primary-1 generation=1 " in line
+        for line in lines
+    )
+    assert any(
+        line.startswith("ctxledger: INFO ctxledger.engine: Context refreshed · Generation")
+        for line in lines
+    )
+
+
+def test_cli_default_level_keeps_stderr_quiet(tmp_path: Path) -> None:
+    out = _demo(tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr == ""
