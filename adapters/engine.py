@@ -23,6 +23,7 @@ import msgspec
 from ctxledger.adapters.boundary import checked
 from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.ledger import Ledger, open_ledger, stream_id_for
+from ctxledger.adapters.logs import build_span
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.secret_scan import SecretScanner
 from ctxledger.adapters.tokens import default_counter
@@ -727,8 +728,11 @@ class ContextEngine:
         """Started (its own commit), then the outcome; anything that raises in between ends
         the build in Failed (or Interrupted), never in nothing."""
         stream = self._stream(agent_id)
-        with self.ledger.stream_lock(stream, timeout=self.settings.lock_timeout_s):
-            return self._build_locked(
+        with (
+            build_span(agent_id) as span,
+            self.ledger.stream_lock(stream, timeout=self.settings.lock_timeout_s),
+        ):
+            result = self._build_locked(
                 stream,
                 agent_id,
                 request,
@@ -736,6 +740,18 @@ class ContextEngine:
                 latest_user_input=latest_user_input,
                 force_rebuild=force_rebuild,
             )
+            if span is not None:
+                span.set_attributes(
+                    {
+                        "generation": result.generation,
+                        "pack_id": result.pack.id,
+                        "kind": result.kind,
+                        "budget_used": result.pack.budget_used,
+                        "budget_limit": result.pack.budget_limit,
+                        "strategy": result.pack.strategy,
+                    }
+                )
+            return result
 
     def _build_locked(
         self,

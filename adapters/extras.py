@@ -14,6 +14,7 @@ EXTRA_MODULES: Final[dict[str, tuple[str, ...]]] = {
     "postgres": ("psycopg",),
     "web": ("starlette", "uvicorn", "jinja2"),
     "testing": ("hypothesis",),
+    "otel": ("opentelemetry",),
 }
 """The top-level modules each extra of pyproject.toml installs (checked before importing)."""
 

@@ -5,16 +5,33 @@ conflict retries and context-limit turn errors at INFO; other turn errors and fa
 WARNING. Each record carries ``agent_id`` and ``generation`` (and, where they apply,
 ``pack_id``, ``kind``, ``stream``, ``attempt``, ``error_class``, ``provider``) as attributes, so
 a JSON or OpenTelemetry handler sees them as structured fields. The library installs no
-handler; the CLI's ``--log-level`` installs one on stderr."""
+handler; the CLI's ``--log-level`` installs one on stderr.
+
+When ``opentelemetry-api`` is importable, every build is also a span ``ctxledger.build``
+(tracer ``ctxledger``) with the agent, generation, pack and token counts as attributes; without
+it, nothing is imported and nothing is traced."""
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import functools
 import logging
 import sys
-from typing import Final, TextIO
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Final, TextIO
 
-__all__ = ["LOGGER", "STRUCTURED_FIELDS", "LogLevel", "StructuredFormatter", "configure_logging"]
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span, Tracer
+
+__all__ = [
+    "LOGGER",
+    "STRUCTURED_FIELDS",
+    "LogLevel",
+    "StructuredFormatter",
+    "build_span",
+    "configure_logging",
+]
 
 LOGGER: Final = "ctxledger"
 """The root of every ctxledger logger (``ctxledger.engine``, ``ctxledger.render``, …)."""
@@ -72,3 +89,26 @@ def configure_logging(level: LogLevel | str, stream: TextIO | None = None) -> lo
     logger.addHandler(handler)
     logger.setLevel(LogLevel(level).upper())
     return handler
+
+
+@functools.cache
+def _tracer() -> Tracer | None:
+    """OpenTelemetry's tracer for ctxledger, or None without ``opentelemetry-api`` (a proxy
+    tracer: a provider configured later is still used)."""
+    try:
+        from opentelemetry import trace
+    except ImportError:
+        return None
+    return trace.get_tracer(LOGGER)
+
+
+@contextlib.contextmanager
+def build_span(agent_id: str) -> Iterator[Span | None]:
+    """A ``ctxledger.build`` span around one build (None without OpenTelemetry); an exception
+    is recorded on it and re-raised."""
+    tracer = _tracer()
+    if tracer is None:
+        yield None
+        return
+    with tracer.start_as_current_span("ctxledger.build", attributes={"agent_id": agent_id}) as span:
+        yield span

@@ -19,6 +19,7 @@ from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.logs import LOGGER, StructuredFormatter, configure_logging
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import AgentIdentity, Layer, Source
+from ctxledger.domain.tokens import EstimatingCounter
 
 AGENT = "primary-1"
 ENGINE_LOGGER = "ctxledger.engine"
@@ -193,3 +194,95 @@ def test_cli_default_level_keeps_stderr_quiet(tmp_path: Path) -> None:
     out = _demo(tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stderr == ""
+
+
+def test_a_build_is_an_opentelemetry_span_with_the_agent_and_generation(
+    engine: ContextEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ctxledger.adapters import logs
+
+    assert logs._tracer() is not None  # opentelemetry-api is installed (dev extra)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # the SDK's real tracer, from a provider of this test's own (the global one is set once)
+    monkeypatch.setattr(logs, "_tracer", lambda: provider.get_tracer(LOGGER))
+    first = engine.build(AGENT)
+    refreshed = engine.refresh(AGENT, reason="test")
+    spans = exporter.get_finished_spans()
+    assert [s.name for s in spans] == ["ctxledger.build", "ctxledger.build"]
+    attrs = [dict(s.attributes or {}) for s in spans]
+    assert attrs[0]["agent_id"] == AGENT
+    assert (attrs[0]["generation"], attrs[0]["pack_id"]) == (1, first.pack.id)
+    assert attrs[0]["budget_used"] == first.pack.budget_used
+    assert (attrs[1]["generation"], attrs[1]["kind"]) == (2, refreshed.kind)
+
+
+class _CounterThatBreaks:
+    """A real token counter (the byte estimate) that fails once ``broken`` is set, as a
+    caller's own counter might (a tokenizer service going away)."""
+
+    def __init__(self) -> None:
+        self._inner = EstimatingCounter()
+        self.broken = False
+
+    @property
+    def name(self) -> str:
+        return self._inner.name
+
+    def count(self, text: str) -> int:
+        if self.broken:
+            raise RuntimeError("tokenizer went away")
+        return self._inner.count(text)
+
+
+def test_a_failed_build_is_a_warning_and_an_error_span(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+
+    from ctxledger.adapters import logs
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(logs, "_tracer", lambda: provider.get_tracer(LOGGER))
+    counter = _CounterThatBreaks()
+    with ContextEngine.open("memory://", counter=counter) as e:
+        e.register_agent(AgentIdentity(agent_id=AGENT, role="primary", task="t", budget=4000))
+        e.record(AGENT, "Fix the login timeout", layer=Layer.L1, source=Source.USER_REQUIREMENT)
+        counter.broken = True
+        with caplog.at_level(logging.WARNING, logger=LOGGER), pytest.raises(RuntimeError):
+            e.build(AGENT)
+        counter.broken = False
+    (record,) = _records(caplog, logging.WARNING)
+    assert record.getMessage().endswith("failed: RuntimeError: tokenizer went away")
+    assert (record.__dict__["agent_id"], record.__dict__["generation"]) == (AGENT, 1)
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert [event.name for event in span.events] == ["exception"]
+
+
+def test_builds_run_without_opentelemetry() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['opentelemetry'] = None\n"
+        "from ctxledger.adapters import logs\n"
+        "from ctxledger.adapters.engine import ContextEngine\n"
+        "from ctxledger.domain.model import AgentIdentity\n"
+        "e = ContextEngine.open('memory://')\n"
+        "e.register_agent(AgentIdentity(agent_id='a', role='primary', task='t', budget=500))\n"
+        "print(logs._tracer(), e.build('a').generation)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "None 1\n"
