@@ -12,6 +12,7 @@ from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.domain.model import AgentIdentity, Layer, Source
+from ctxledger.domain.prompt import PromptParts
 
 __all__ = ["AGENT", "PROMPT_TOO_LONG", "EngineStore", "build_engine_store"]
 
@@ -35,6 +36,8 @@ class EngineStore:
     objective: str
     finding: str
     hypothesis: str
+    prompts: tuple[tuple[str, PromptParts], ...] = ()
+    """(pack id, prompt) of every build, as the engine's BuildResult had it."""
 
 
 def build_engine_store(path: Path) -> EngineStore:
@@ -89,7 +92,7 @@ def build_engine_store(path: Path) -> EngineStore:
             layer=Layer.L2,
             source=Source.UNVERIFIED_HYPOTHESIS,
         )
-        engine.build(AGENT, budget=400)
+        results = [engine.build(AGENT, budget=400)]
         engine.report_usage(
             AGENT,
             {
@@ -100,7 +103,7 @@ def build_engine_store(path: Path) -> EngineStore:
             },
         )
         engine.record(AGENT, "pytest -q → 1 failed", layer=Layer.L0, source=Source.TEST_RESULT)
-        engine.build(AGENT)  # appends within generation 1
+        results.append(engine.build(AGENT))  # appends within generation 1
         engine.report_usage(
             AGENT,
             {
@@ -118,7 +121,7 @@ def build_engine_store(path: Path) -> EngineStore:
                 source=Source.TEST_RESULT,
                 failure=True,
             )
-        engine.build(AGENT)  # over budget: a rebuild into generation 2
+        results.append(engine.build(AGENT))  # over budget: a rebuild into generation 2
         engine.report_usage(
             AGENT,
             {
@@ -128,7 +131,9 @@ def build_engine_store(path: Path) -> EngineStore:
                 "output_tokens": 20,
             },
         )
-        engine.on_turn_error(AGENT, PROMPT_TOO_LONG)  # refresh into generation 3
+        outcome = engine.on_turn_error(AGENT, PROMPT_TOO_LONG)  # refresh into generation 3
+        assert outcome.result is not None
+        results.append(outcome.result)
         engine.report_usage(
             AGENT,
             {
@@ -147,6 +152,7 @@ def build_engine_store(path: Path) -> EngineStore:
         objective=objective.id,
         finding=finding.id,
         hypothesis=hypothesis.id,
+        prompts=tuple((r.pack.id, r.prompt) for r in results),
     )
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import itertools
 import os
 import secrets
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, unquote, urlencode, urlsplit
 
 import jinja2
@@ -31,8 +32,8 @@ from ctxledger.adapters.ledger import LedgerUnavailableError, open_ledger
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.adapters.projection_runner import ProjectionRunner
-from ctxledger.adapters.tokens import default_counter
-from ctxledger.adapters.web import views
+from ctxledger.adapters.tokens import counter_named, default_counter
+from ctxledger.adapters.web import views, why
 from ctxledger.adapters.web.access import Access, AccessGuard, actor_of
 from ctxledger.adapters.web.charts import fmt_number, layer_colour, source_colour
 from ctxledger.adapters.web.controls import (
@@ -48,6 +49,7 @@ from ctxledger.adapters.web.controls import (
     parse_memory_control,
 )
 from ctxledger.adapters.web.headers import SecurityHeaders
+from ctxledger.domain import events as ev
 from ctxledger.domain.errors import (
     ConflictError,
     CtxLedgerError,
@@ -58,9 +60,14 @@ from ctxledger.domain.errors import (
     UnknownGenerationError,
 )
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.projections.build_trace import SCORE_PARTS, BuildTrace, trace_builds
 from ctxledger.projections.catalog import ReadModels
 
 __all__ = ["create_app", "display_url"]
+
+_T = TypeVar("_T")
+_TRACED_KEPT = 16
+"""Traced builds kept by the server (per agent, page kind and log position)."""
 
 _TITLES = {
     400: "Bad request",
@@ -105,6 +112,77 @@ class _Backend:
         self._read_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._counter: TokenCounter | None = None
+        self._traced: dict[tuple[str, str, int], Any] = {}
+        self._traced_lock = threading.Lock()
+
+    def _remember(self, key: tuple[str, str, int], make: Callable[[], _T]) -> _T:
+        """*make()* kept by (agent, what, log position): the log is the only state, so a
+        result computed at a position stays right for that position."""
+        with self._traced_lock:
+            if key in self._traced:
+                found: _T = self._traced[key]
+                return found
+        value = make()
+        with self._traced_lock:
+            while len(self._traced) >= _TRACED_KEPT:
+                self._traced.pop(next(iter(self._traced)))
+            self._traced[key] = value
+        return value
+
+    def _trace(
+        self,
+        agent_id: str,
+        position: int,
+        keep_view: Callable[[ev.ContextBuildingStarted], bool] | None = None,
+        until: int | None = None,
+    ) -> list[BuildTrace]:
+        with self._read_lock:
+            records = itertools.takewhile(lambda r: r.position <= position, self.ledger.read_all())
+            return trace_builds(
+                ((r.position, r.event) for r in records),
+                agent_id,
+                keep_view=keep_view,
+                until=until,
+            )
+
+    def generation_why(self, agent_id: str, number: int, position: int) -> why.GenerationWhy:
+        """The builds of generation *number* with their planner inputs, traced once per log
+        position (a rebuild's Started is in the generation before)."""
+
+        def make() -> why.GenerationWhy:
+            traces = self._trace(
+                agent_id, position, keep_view=lambda s: s.generation in (number - 1, number)
+            )
+            return why.GenerationWhy(
+                [t for t in traces if t.built.generation == number and t.kind != "decision point"]
+            )
+
+        return self._remember((agent_id, f"generation {number}", position), make)
+
+    def builds(self, agent_id: str, position: int) -> list[BuildTrace]:
+        """Every build of the agent, without planner inputs."""
+        return self._remember(
+            (agent_id, "builds", position), lambda: self._trace(agent_id, position)
+        )
+
+    def build_traces(self, agent_id: str, pack_id: str, position: int) -> list[BuildTrace]:
+        """Every build of the agent up to *pack_id*'s, with the planner inputs of that build
+        and of the one before it."""
+
+        def make() -> list[BuildTrace]:
+            light = self.builds(agent_id, position)
+            at = next((k for k, t in enumerate(light) if t.built.pack_id == pack_id), None)
+            if at is None:
+                raise UnknownAgentError(f"agent {agent_id[:80]!r} has no build {pack_id[:80]!r}")
+            wanted = {t.built.pack_id for t in light[max(0, at - 3) : at + 1]}
+            return self._trace(
+                agent_id,
+                position,
+                keep_view=lambda s: s.pack_id in wanted,
+                until=light[at].position,
+            )
+
+        return self._remember((agent_id, f"build {pack_id}", position), make)
 
     def states(self) -> tuple[ReadModels, int]:
         """A consistent snapshot of every read model and the log position it reflects."""
@@ -167,12 +245,22 @@ def _item_url(agent_id: str, item_id: str) -> str:
     return f"{_agent_url(agent_id)}/items/" + quote(item_id, safe="")
 
 
-def _page_url(base: str, page: int, per: int, **extra: int) -> str:
-    """*base* (a path) with the pager's query: ``page`` and, when not the default, ``per``."""
-    query: dict[str, int] = {**extra, "page": int(page)}
+def _page_url(base: str, page: int, per: int, **extra: int | str) -> str:
+    """*base* (a path) with the pager's query: ``page`` and, when not the default, ``per``
+    (after *extra*, e.g. the sort and filters of an item table)."""
+    query: dict[str, int | str] = {**extra, "page": int(page)}
     if per != views.DEFAULT_PER:
         query["per"] = int(per)
     return base + "?" + urlencode(query)
+
+
+def _query_url(base: str, params: dict[str, str]) -> str:
+    """*base* with *params* (none: *base* itself)."""
+    return base + "?" + urlencode(params) if params else base
+
+
+def _build_url(agent_id: str, pack_id: str) -> str:
+    return f"{_agent_url(agent_id)}/builds/" + quote(pack_id, safe="")
 
 
 def _control_url(agent_id: str) -> str:
@@ -222,6 +310,9 @@ def _environment(
         diff_url=_diff_url,
         item_url=_item_url,
         page_url=_page_url,
+        query_url=_query_url,
+        build_url=_build_url,
+        score_parts=SCORE_PARTS,
         control_url=_control_url,
         fmt_time=_fmt_time,
         short_path=_short_path,
@@ -363,16 +454,36 @@ def create_app(
 
     def generation(request: Request, agent_id: str, number: int) -> Response:
         page, per = _paging(request)
+        query = why.ItemQuery.parse(
+            {k: request.query_params.getlist(k) for k in request.query_params}
+        )
         states, position = backend.states()
-        ctx = views.generation_page(states, agent_id, number, page=page, per=per)
+        views.generation_of(states, agent_id, number)  # a 404 before tracing
+        ctx = views.generation_page(
+            states,
+            agent_id,
+            number,
+            page=page,
+            per=per,
+            query=query,
+            why=backend.generation_why(agent_id, number, position),
+        )
         here = _generation_url(agent_id, number)
         if page != 1 or per != views.DEFAULT_PER:
-            here = _page_url(here, page, per)
+            here = _page_url(here, page, per, **query.params())
+        elif query.params():
+            here = _query_url(here, query.params())
         return render(
             request,
             "generation.html",
             {**ctx, "page": "agents", "position": position, "here": here},
         )
+
+    def build(request: Request, agent_id: str, pack_id: str) -> Response:
+        states, position = backend.states()
+        traces = backend.build_traces(agent_id, pack_id, position)  # none: a 404
+        ctx = why.prompt_page(states, agent_id, traces, pack_id, counter_named)
+        return render(request, "build.html", {**ctx, "page": "agents", "position": position})
 
     def item(request: Request, agent_id: str, item_id: str) -> Response:
         states, position = backend.states()
@@ -449,6 +560,8 @@ def create_app(
                 return await run_in_threadpool(generation, request, agent_id, int(number))
             case ["diff"]:
                 return await run_in_threadpool(diff, request, agent_id)
+            case ["builds", pack_id] if pack_id:
+                return await run_in_threadpool(build, request, agent_id, pack_id)
             case ["items", item_id] if item_id:
                 return await run_in_threadpool(item, request, agent_id, item_id)
             case _:

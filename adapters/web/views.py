@@ -1,4 +1,5 @@
-"""Page models of the web inspector, computed from the read models only (never a build)."""
+"""Page models of the web inspector, computed from the read models (the "why" of a decision
+from builds traced in the log by the same pure functions; never a new build)."""
 
 from __future__ import annotations
 
@@ -16,9 +17,26 @@ from ctxledger.adapters.web.charts import (
     source_colour,
     usage_bar,
 )
-from ctxledger.domain.errors import CtxLedgerError, InvalidInputError, UnknownAgentError
+from ctxledger.adapters.web.why import (
+    FATES,
+    FLAGS,
+    LAYERS,
+    SORT_KEYS,
+    SOURCES,
+    GenerationWhy,
+    ItemQuery,
+    Why,
+    sort_views,
+)
+from ctxledger.domain.errors import (
+    CtxLedgerError,
+    InvalidInputError,
+    UnknownAgentError,
+    UnknownGenerationError,
+)
 from ctxledger.domain.memory import MEMORY_STATES, MemoryEntry
 from ctxledger.domain.model import AgentIdentity, Generation, Item, Layer, Source
+from ctxledger.projections.build_trace import SCORE_PARTS
 from ctxledger.projections.cache_stats import CacheStats, CacheTotals
 from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.context_state import ContextState, ContextStates
@@ -46,6 +64,7 @@ __all__ = [
     "agents_page",
     "cache_page",
     "diff_page",
+    "generation_of",
     "generation_page",
     "item_page",
     "memory_page",
@@ -111,6 +130,14 @@ def _agent(states: ReadModels, agent_id: str) -> AgentGenerations:
     if found is None:
         raise UnknownAgentError(f"unknown agent {agent_id[:80]!r}")
     return found
+
+
+def generation_of(states: ReadModels, agent_id: str, number: int) -> Generation:
+    """Generation *number* of the agent (UnknownAgentError, UnknownGenerationError: a 404)."""
+    gen = _agent(states, agent_id).generation(number)
+    if gen is None:
+        raise UnknownGenerationError(f"agent {agent_id[:80]!r} has no generation {number}")
+    return gen
 
 
 def _pool(states: ReadModels, agent_id: str) -> AgentPool:
@@ -294,6 +321,7 @@ class ItemRow:
     content: str
     more: int
     provenance: tuple[tuple[str, str], ...]
+    why: Why | None = None
 
     @property
     def expandable(self) -> bool:
@@ -337,7 +365,11 @@ def _provenance(v: ItemView, x: ItemExtra, agent: AgentIdentity) -> tuple[tuple[
 
 
 def _rows(
-    views_: Sequence[ItemView], pool: AgentPool, gen: Generation | None, agent: AgentIdentity
+    views_: Sequence[ItemView],
+    pool: AgentPool,
+    gen: Generation | None,
+    agent: AgentIdentity,
+    why: GenerationWhy | None = None,
 ) -> list[ItemRow]:
     rows = []
     for v in views_:
@@ -350,6 +382,7 @@ def _rows(
                 content=text[:CONTENT_LIMIT],
                 more=max(0, len(text) - CONTENT_LIMIT),
                 provenance=_provenance(v, x, agent),
+                why=why.why(v) if why is not None else None,
             )
         )
     return rows
@@ -376,20 +409,36 @@ def _layers(by_layer: dict[str, int]) -> dict[str, int]:
 
 
 def generation_page(
-    states: ReadModels, agent_id: str, number: int, *, page: int = 1, per: int = DEFAULT_PER
+    states: ReadModels,
+    agent_id: str,
+    number: int,
+    *,
+    page: int = 1,
+    per: int = DEFAULT_PER,
+    query: ItemQuery | None = None,
+    why: GenerationWhy | None = None,
 ) -> dict[str, Any]:
     """The Context view of one generation: usage, composition, items and their fates (one
-    page of items, in the order included, compressed/clipped, dropped)."""
+    page of items, in the order included, compressed/clipped, dropped), each with why (its
+    tier and score parts for the recorded request of the build that decided it), filtered
+    and sorted by *query*."""
     view = inspect_agent(states, agent_id, number)
     ag = _agent(states, agent_id)
     gen = ag.generation(number)
     pool = _pool(states, agent_id)
     numbers = [g.number for g in ag.generations]
     at = numbers.index(view.generation)
-    whole = tuple(v for v in view.included if v.action == "included")
-    reshaped = tuple(v for v in view.included if v.action != "included")
+    query = query or ItemQuery()
+    if query.needs_scores and why is None:
+        raise InvalidInputError(f"sorting by {query.sort} needs the builds' recorded requests")
+    score_of = why.why if why is not None else (lambda _v: None)
+    whole = tuple(sort_views([v for v in view.included if v.action == "included"], query, score_of))
+    reshaped = tuple(
+        sort_views([v for v in view.included if v.action != "included"], query, score_of)
+    )
+    dropped = tuple(sort_views(view.excluded, query, score_of))
     parts, paging = _sections(
-        [("whole", whole), ("reshaped", reshaped), ("dropped", view.excluded)], page, per
+        [("whole", whole), ("reshaped", reshaped), ("dropped", dropped)], page, per
     )
     layers = _layers(view.by_layer)
     return {
@@ -402,10 +451,18 @@ def generation_page(
         ),
         "whole": whole,
         "reshaped": reshaped,
-        "dropped": view.excluded,
-        "rows": {k: _rows(v, pool, gen, view.agent) for k, v in parts.items()},
+        "dropped": dropped,
+        "rows": {k: _rows(v, pool, gen, view.agent, why) for k, v in parts.items()},
         "paging": paging,
-        "drop_reasons": sorted(Counter(v.reason or "—" for v in view.excluded).items()),
+        "drop_reasons": sorted(Counter(v.reason or "—" for v in dropped).items()),
+        "query": query,
+        "builds": why.builds if why is not None else (),
+        "score_parts": SCORE_PARTS,
+        "sort_keys": SORT_KEYS,
+        "fates": FATES,
+        "flags": FLAGS,
+        "layers": LAYERS,
+        "sources": SOURCES,
         "previous": numbers[at - 1] if at > 0 else None,
         "next": numbers[at + 1] if at + 1 < len(numbers) else None,
         "is_current": view.generation == ag.current.number,
