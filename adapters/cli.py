@@ -20,6 +20,7 @@ from ctxledger.adapters import (
     cli_simulate,
 )
 from ctxledger.adapters.cli_memory import memory_app
+from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.logs import LogLevel, configure_logging
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
@@ -39,16 +40,6 @@ DAMAGE_HINT = " (`ctxledger doctor` lists every damaged row; --quarantine sets t
 """Appended to the line of a stored row that does not decode."""
 DEBUG_ENV = "CTXLEDGER_DEBUG"
 """Set to show the traceback of an unexpected failure instead of its one line."""
-
-StoreOpt = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        envvar="CTXLEDGER_STORE",
-        help="Ledger URL: memory://, sqlite:///path, postgresql://…",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 
 
 class CommandError(CtxLedgerError):

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
 from ctxledger.adapters.doctor import DoctorReport, examine, quarantine
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, open_ledger
 from ctxledger.domain.errors import CtxLedgerError
@@ -18,15 +19,6 @@ __all__ = ["DamageFoundError", "doctor"]
 
 console = Console()
 
-StoreOpt = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        envvar="CTXLEDGER_STORE",
-        help="Ledger URL: memory://, sqlite:///path, postgresql://…",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 QuarantineOpt = Annotated[
     bool,
     typer.Option(

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
+from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.domain.chain import ChainCheck
@@ -30,15 +31,6 @@ __all__ = ["AuditFailedError", "audit", "diff", "generations", "inspect", "read_
 
 console = Console()
 
-StoreOpt = Annotated[
-    str,
-    typer.Option(
-        "--store",
-        envvar="CTXLEDGER_STORE",
-        help="Ledger URL: memory://, sqlite:///path, postgresql://…",
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 AgentOpt = Annotated[str, typer.Option("--agent", help="Agent id.")]
 
 

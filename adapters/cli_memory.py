@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ctxledger.adapters.cli_options import JsonOpt
 from ctxledger.adapters.store_files import check_catalog_file
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.memory import MEMORY_STATES
@@ -40,7 +41,6 @@ StoreOpt = Annotated[
         help="Also record the change as an event in this ledger.",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 IdArg = Annotated[str, typer.Argument(metavar="MEMORY_ID")]
 
 

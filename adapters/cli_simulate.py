@@ -13,6 +13,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ctxledger.adapters.cli_options import JsonOpt
 from ctxledger.domain.errors import CtxLedgerError
 
 if TYPE_CHECKING:  # the engine and importers load when a command runs
@@ -42,7 +43,6 @@ StoreOpt = Annotated[
         help="Ledger URL (default: a new temporary SQLite file).",
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
 
 _WIDE = 170
 
