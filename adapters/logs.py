@@ -75,7 +75,18 @@ class StructuredFormatter(logging.Formatter):
 
 
 class _CtxledgerHandler(logging.StreamHandler[TextIO]):
-    """The handler ``configure_logging`` installs (found again to be replaced, never doubled)."""
+    """The handler ``configure_logging`` installs (found again to be replaced, never doubled).
+    Without a stream of its own it writes to whatever ``sys.stderr`` is at each record, so a
+    CLI run inside another program (or a test) never leaves it bound to a closed stream."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        super().__init__(stream if stream is not None else sys.stderr)
+        self._follow_stderr = stream is None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._follow_stderr:
+            self.stream = sys.stderr
+        super().emit(record)
 
 
 def configure_logging(level: LogLevel | str, stream: TextIO | None = None) -> logging.Handler:
@@ -84,7 +95,7 @@ def configure_logging(level: LogLevel | str, stream: TextIO | None = None) -> lo
     logger = logging.getLogger(LOGGER)
     for old in [h for h in logger.handlers if isinstance(h, _CtxledgerHandler)]:
         logger.removeHandler(old)
-    handler = _CtxledgerHandler(stream if stream is not None else sys.stderr)
+    handler = _CtxledgerHandler(stream)
     handler.setFormatter(StructuredFormatter())
     logger.addHandler(handler)
     logger.setLevel(LogLevel(level).upper())
