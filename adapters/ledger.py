@@ -199,7 +199,7 @@ class Ledger:
             if current != expected_version:
                 raise ConflictError(stream_id, expected_version, f"stream is at {current}")
             prev = (
-                link(head[0].topic, current, bytes(head[0].state))
+                link(str(head[0].topic), current, _stored_bytes(head[0].state))
                 if head
                 else chain_start(stream_id)
             )

@@ -42,12 +42,14 @@ LINK_HEX = 32
 
 def chain_start(stream_id: str) -> str:
     """The link the first event of *stream_id* carries."""
-    return hashlib.sha256(b"ctxledger stream\n" + stream_id.encode("utf-8")).hexdigest()[:LINK_HEX]
+    data = b"ctxledger stream\n" + stream_id.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(data).hexdigest()[:LINK_HEX]
 
 
 def link(topic: str, version: int, payload: bytes) -> str:
     """The link of one stored event: what the next event of its stream carries as ``prev``."""
-    h = hashlib.sha256(f"{topic}\n{version}\n".encode())
+    # surrogatepass: a damaged stored topic (lone surrogates) still has one digest
+    h = hashlib.sha256(f"{topic}\n{version}\n".encode("utf-8", "surrogatepass"))
     h.update(payload)
     return h.hexdigest()[:LINK_HEX]
 

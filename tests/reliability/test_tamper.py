@@ -248,3 +248,13 @@ def test_a_ledger_from_before_the_chain_audits_clean_and_chains_from_then_on(
         ).fetchone()[0]
     assert b'"prev":"' in last
     assert chain_start(STREAM_A) not in last.decode()
+
+
+def test_links_exist_for_damaged_heads() -> None:
+    """A damaged stored row (a lone surrogate in its topic or stream id) still has one link,
+    so appending after it or auditing it never fails with an untyped error."""
+    damaged = link("\ud800.v1", 4, b'{"at":"2026-01-01T00:00:00Z"}')
+    assert len(damaged) == 32
+    assert damaged == link("\ud800.v1", 4, b'{"at":"2026-01-01T00:00:00Z"}')
+    assert damaged != link("\ud801.v1", 4, b'{"at":"2026-01-01T00:00:00Z"}')
+    assert len(chain_start("ctx/s/\udc00")) == 32
