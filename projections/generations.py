@@ -96,6 +96,24 @@ def _next_order(
     return order + appended if appended else order
 
 
+def _packed(cur: Generation, event: ContextPackBuilt) -> Generation:
+    """The generation's pack figures after *event* (its decisions and order are folded by
+    the caller: the pure fold applies the delta, the batch fold its drafts)."""
+    return msgspec.structs.replace(
+        cur,
+        strategy=event.strategy,
+        budget=event.budget_limit,
+        tokens_used=event.budget_used,
+        reserved=event.reserved,
+        overflow=event.overflow,
+        builds=cur.builds + 1,
+        last_pack_id=event.pack_id,
+        selection_hash=event.selection_hash,
+        prompt_bytes=event.prompt_bytes,
+        expected_cached_bytes=event.expected_cached_bytes,
+    )
+
+
 def evolve_generations(state: Generations, event: Event) -> Generations:
     """Fold one event. Events for agents never registered are ignored (the audit reports them)."""
     match event:
@@ -145,19 +163,9 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
                 dp = msgspec.structs.replace(cur, decision_points=cur.decision_points + 1)
                 return _with_agent(state, event.agent_id, _replace_current(ag, dp))
             gen = msgspec.structs.replace(
-                cur,
-                strategy=event.strategy,
-                budget=event.budget_limit,
-                tokens_used=event.budget_used,
-                reserved=event.reserved,
-                overflow=event.overflow,
-                builds=cur.builds + 1,
-                last_pack_id=event.pack_id,
-                selection_hash=event.selection_hash,
+                _packed(cur, event),
                 decisions=apply_decision_delta(cur.decisions, event.decisions, event.retired),
                 order=_next_order(cur.order, event.order_appended, event.retired),
-                prompt_bytes=event.prompt_bytes,
-                expected_cached_bytes=event.expected_cached_bytes,
             )
             updated = _replace_current(ag, gen)
             if cur.builds == 0:  # the generation's first pack fixes its scope
@@ -350,19 +358,7 @@ class GenerationsBatch:
         if event.purpose == "decision_point":  # a view of its own: the prompt is unchanged
             ag.current = msgspec.structs.replace(cur, decision_points=cur.decision_points + 1)
             return
-        ag.current = msgspec.structs.replace(
-            cur,
-            strategy=event.strategy,
-            budget=event.budget_limit,
-            tokens_used=event.budget_used,
-            reserved=event.reserved,
-            overflow=event.overflow,
-            builds=cur.builds + 1,
-            last_pack_id=event.pack_id,
-            selection_hash=event.selection_hash,
-            prompt_bytes=event.prompt_bytes,
-            expected_cached_bytes=event.expected_cached_bytes,
-        )
+        ag.current = _packed(cur, event)
         ag.built(event)
         if cur.builds == 0:  # the generation's first pack fixes its scope
             ag.scope = ag.last_request.scope if ag.last_request is not None else Scope()
