@@ -8,7 +8,6 @@ they explain), undamaged streams stay writable and damaged ones refuse appends."
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from ctxledger.adapters.web.app import create_app
 from ctxledger.domain.errors import DamagedStreamError, DecodeError
 from ctxledger.domain.model import AgentIdentity
 from tests.e2e._cli import run
+from tests.reliability._raw_store import STORE_KINDS, raw_store
 
 AGENTS = ("a", "b", "c")
 
@@ -130,22 +130,10 @@ def _history(url: str) -> None:
     engine.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORE_KINDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Raw]]:
-    if request.param == "sqlite":
-        path = tmp_path / "ledger.db"
-        url = f"sqlite:///{path}"
-        _history(url)
-        lite = sqlite3.connect(path)
-        yield url, Raw("sqlite", lite)
-        lite.close()
-    else:
-        import psycopg
-
-        url = request.getfixturevalue("pg_url")
-        _history(url)
-        with psycopg.connect(url, autocommit=False) as pg:
-            yield url, Raw("postgres", pg)
+    with raw_store(request, tmp_path, _history) as (kind, url, con):
+        yield url, Raw(kind, con)
 
 
 def _record_once(url: str, agent: str, text: str) -> None:

@@ -22,6 +22,7 @@ from ctxledger.domain.chain import chain_start, link, with_prev
 from ctxledger.domain.codec import encode_event
 from ctxledger.domain.model import AgentIdentity
 from tests.e2e._cli import run
+from tests.reliability._raw_store import STORE_KINDS, raw_store
 
 STREAM_A = stream_id_for("default", "a")
 
@@ -88,22 +89,10 @@ def _history(url: str) -> None:
     engine.close()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.fixture(params=STORE_KINDS)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, Raw]]:
-    if request.param == "sqlite":
-        path = tmp_path / "ledger.db"
-        url = f"sqlite:///{path}"
-        _history(url)
-        lite = sqlite3.connect(path)
-        yield url, Raw("sqlite", lite)
-        lite.close()
-    else:
-        import psycopg
-
-        url = request.getfixturevalue("pg_url")
-        _history(url)
-        with psycopg.connect(url, autocommit=False) as pg:
-            yield url, Raw("postgres", pg)
+    with raw_store(request, tmp_path, _history) as (kind, url, con):
+        yield url, Raw(kind, con)
 
 
 def _audit(url: str, tmp_path: Path, *extra: str) -> tuple[int, dict[str, Any]]:
