@@ -69,6 +69,8 @@ QUARANTINE_TABLE = "ctxledger_quarantine"
 """Damaged rows moved aside by ``ctxledger doctor --quarantine`` (same database; kept whole,
 with their original position, the kind of damage, the reason and when)."""
 _PAGE = 1000
+_HEADS_KEPT = 1024
+_UNREAD: Any = object()
 
 
 class LedgerUnavailableError(CtxLedgerError):
@@ -158,6 +160,7 @@ class Ledger:
         self._recorder = backend.recorder
         self._append_lock = threading.Lock()
         self._locks: StreamLocks | None = None
+        self._heads: dict[str, Any] = {}
         self._damaged: dict[str, tuple[int, ...]] | None = None
 
     def stream_lock(
@@ -172,8 +175,13 @@ class Ledger:
     # --- writing ------------------------------------------------------------------------------
 
     def stream_version(self, stream_id: str) -> int:
-        """The version of the last event in *stream_id* (0 when empty)."""
+        """The version of the last event in *stream_id* (0 when empty). The head row is kept
+        for the ``append`` that usually follows (read–decide–append), so it need not be read
+        twice; a stale one is harmless: that append then hits the (stream, version) key."""
         rows = self._call(self._recorder.select_events, stream_id, desc=True, limit=1)
+        if len(self._heads) > _HEADS_KEPT:
+            self._heads.clear()
+        self._heads[stream_id] = rows[0] if rows else None
         return rows[0].originator_version if rows else 0
 
     def append(
@@ -194,7 +202,11 @@ class Ledger:
         with self._append_lock:
             # Versions only grow, so "current == expected" now plus the primary key on
             # (stream, version) at insert time leaves no gap and no silent interleaving.
-            head = self._call(self._recorder.select_events, stream_id, desc=True, limit=1)
+            kept = self._heads.pop(stream_id, _UNREAD)
+            if kept is not _UNREAD and (kept.originator_version if kept else 0) == expected_version:
+                head = [kept] if kept else []
+            else:
+                head = self._call(self._recorder.select_events, stream_id, desc=True, limit=1)
             current = head[0].originator_version if head else 0
             if current != expected_version:
                 raise ConflictError(stream_id, expected_version, f"stream is at {current}")

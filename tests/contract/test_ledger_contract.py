@@ -9,12 +9,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, given, settings
 
 from ctxledger.adapters.ledger import Ledger, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
 from ctxledger.adapters.testing import events
 from ctxledger.domain import events as ev
+from ctxledger.domain.codec import encode_event
 from ctxledger.domain.errors import ConflictError, DecodeError, StoreURLError
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -186,3 +188,16 @@ def test_bad_store_urls_are_typed_errors_naming_the_url(url: str) -> None:
     with pytest.raises(StoreURLError) as info:
         open_ledger(url)
     assert url.split("/", maxsplit=1)[0] in str(info.value)
+
+
+def test_a_stale_head_from_stream_version_is_still_a_conflict(store_url: str) -> None:
+    """``stream_version`` keeps the head row for the next append; if another writer moved the
+    stream in between, that append conflicts on the (stream, version) key and writes nothing."""
+    with open_ledger(store_url) as ledger:
+        ledger.append("s", [pinned(1)], expected_version=0)
+        assert ledger.stream_version("s") == 1  # head kept
+        topic, payload = encode_event(pinned(2))  # another writer, straight into the store
+        ledger._recorder.insert_events([StoredEvent("s", 2, topic, payload)])
+        with pytest.raises(ConflictError):
+            ledger.append("s", [pinned(3)], expected_version=1)
+        assert [r.event for r in ledger.read_stream("s")] == [pinned(1), pinned(2)]
