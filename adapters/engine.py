@@ -37,7 +37,7 @@ from ctxledger.domain.build_policy import (
     resolve_request,
     validate_settings,
 )
-from ctxledger.domain.build_record import build_started
+from ctxledger.domain.build_record import BuildRecord, build_started
 from ctxledger.domain.codec import check_struct
 from ctxledger.domain.compression import compress_report
 from ctxledger.domain.decision_point import DECISION_LAYERS
@@ -52,6 +52,7 @@ from ctxledger.domain.model import (
     AgentIdentity,
     ContextPack,
     Durability,
+    Generation,
     Item,
     Layer,
     Source,
@@ -79,9 +80,10 @@ from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
 from ctxledger.projections.build_view import (
     DECISION_POINT,
-    build_view,
+    BuildView,
     decide_build,
     refresh_generation,
+    turn_build_view,
     volatile_reserve,
 )
 from ctxledger.projections.catalog import ReadModels
@@ -89,6 +91,7 @@ from ctxledger.projections.context_state import ContextStates
 from ctxledger.projections.generations import AgentGenerations, Generations
 from ctxledger.projections.inspector import InspectorState
 from ctxledger.projections.pool import AgentPool, Pool, check_recordable
+from ctxledger.projections.turn_memo import TurnMemo, advance_memo
 
 if TYPE_CHECKING:  # the memory subsystem (catalog, pydantic schemas) loads with a ProjectMemory
     from ctxledger.adapters.project_memory import ProjectMemory
@@ -172,6 +175,8 @@ class ContextEngine:
         self._runner = runner
         self._since_save = 0
         self._prompts: dict[str, tuple[str, PromptParts]] = {}
+        self._turns: dict[str, TurnMemo] = {}
+        """Per agent, the planning facts of its last pack (``projections.turn_memo``)."""
         """A memo, never state: per agent, the last pack id and the stable part of the prompt
         it built (what ``previous_prompt`` would re-derive from the log for the next build).
         A miss (restart, another writer built since) re-derives it; the result is the same."""
@@ -867,8 +872,9 @@ class ContextEngine:
             raise _Superseded
         ag = self.agent(agent_id)
         memo = self._prompts.get(agent_id)
+        view = self._view(agent_id, ag.current, request.purpose)
         record = decide_build(
-            build_view(ag.current, self.pool(agent_id), request.purpose),
+            view,
             request,
             pack_id=started.pack_id,
             reserve=volatile_reserve(
@@ -888,6 +894,7 @@ class ContextEngine:
             raise _Superseded from None
         if record.stable_prompt is not None:
             self._prompts[agent_id] = (started.pack_id, record.stable_prompt)
+        self._remember_turn(agent_id, view, record)
         self._appended(len(record.events))
         level = logging.INFO if record.kind == "rebuild" else logging.DEBUG
         if _log.isEnabledFor(level):  # the summary costs a pass over the pack's items
@@ -915,6 +922,25 @@ class ContextEngine:
             generation=record.generation,
             message=record.message,
         )
+
+    def _view(self, agent_id: str, gen: Generation, purpose: str) -> BuildView:
+        """What the next build plans on: the agent's turn memo brought up to date."""
+        return turn_build_view(gen, self.pool(agent_id), purpose, self._turns.get(agent_id))
+
+    def _remember_turn(self, agent_id: str, view: BuildView, record: BuildRecord) -> None:
+        """Keep the turn memo of the pack just appended (an append advances the one it was
+        planned on; other builds leave the next turn to recompute it once)."""
+        if record.stable_prompt is None:  # a decision point: the generation is unchanged
+            return
+        built = record.events[-1]
+        memo = None
+        if record.kind == "append" and view.turn is not None:
+            assert isinstance(built, ev.ContextPackBuilt)
+            memo = advance_memo(view.turn, built)
+        if memo is None:
+            self._turns.pop(agent_id, None)
+        else:
+            self._turns[agent_id] = memo
 
     def _close(
         self, stream: str, started: ev.ContextBuildingStarted, *, interrupted: bool, reason: str

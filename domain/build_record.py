@@ -133,6 +133,24 @@ def append_decisions(
     return decisions, changed
 
 
+def _included(
+    plan: BuildPlan,
+    ctx: EmittedContext | None,
+    decisions: dict[str, Decision],
+    changed: tuple[Decision, ...],
+    previous: dict[str, Decision],
+) -> int:
+    """The decisions that are not ``dropped``: an append with a counted context adds its
+    delta to the count (O(appended)); any other build counts them all."""
+    if plan.kind == "append" and ctx is not None and ctx.included is not None:
+        count = ctx.included
+        for d in changed:
+            before = previous.get(d.item_id)
+            count += (d.action != "dropped") - (before is not None and before.action != "dropped")
+        return count
+    return len(decisions) - operator.countOf(map(_ACTION, decisions.values()), "dropped")
+
+
 def record_build(
     *,
     agent_id: str,
@@ -273,8 +291,7 @@ def record_build(
             retired=retired,
             order_appended=appended,
             selection_hash=selection,
-            included_count=len(decisions)
-            - operator.countOf(map(_ACTION, decisions.values()), "dropped"),
+            included_count=_included(plan, ctx, decisions, changed, previous_decisions),
             compression=result.metadata,
             prefix_hash=prompt.prefix_hash,
             prompt_bytes=len(prompt_bytes),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal
 
 import msgspec
@@ -26,8 +26,11 @@ from ctxledger.domain.strategies import get_strategy
 __all__ = [
     "DEFAULT_WATERMARK",
     "PLANNER_VERSION",
+    "AppendFacts",
     "BuildPlan",
     "EmittedContext",
+    "FactsSource",
+    "append_facts",
     "plan_build",
     "keep_ids",
     "learned_window",
@@ -51,6 +54,22 @@ class EmittedContext(msgspec.Struct, frozen=True, kw_only=True):
     emitted: dict[str, Item]
     order: tuple[str, ...]
     used: int
+    included: int | None = None
+    """Decisions that are not ``dropped`` (None: not counted; ``record_build`` counts)."""
+
+
+class AppendFacts(msgspec.Struct, frozen=True, kw_only=True):
+    """What an append is planned on, beyond the emitted context: how many emitted items are
+    no longer candidates (``gone``) or are steering notes of another stage (``off_stage``) —
+    either makes the build a rebuild — and the candidates it may add (``new``)."""
+
+    gone: int
+    off_stage: int
+    new: tuple[Item, ...]
+
+
+FactsSource = Callable[[frozenset[str], str], AppendFacts]
+"""``(keep ids, stage id) → AppendFacts`` of one build."""
 
 
 class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
@@ -100,6 +119,19 @@ def new_candidates(
     return found
 
 
+def append_facts(
+    candidates: Sequence[Item], ctx: EmittedContext, keep: frozenset[str], stage_id: str
+) -> AppendFacts:
+    """The facts of an append by passes over every candidate and emitted item (the
+    specification ``projections.turn_memo`` keeps up to date in O(changes))."""
+    present = set(map(_ID, candidates))
+    return AppendFacts(
+        gone=sum(1 for i in ctx.emitted if i not in present),
+        off_stage=sum(1 for it in ctx.emitted.values() if other_stage(it, stage_id)),
+        new=tuple(new_candidates(candidates, ctx, keep, present)),
+    )
+
+
 RECENT_FAILURES = 3
 """How many of the newest failures the latest-step policy keeps in every prompt."""
 
@@ -136,6 +168,7 @@ def plan_build(
     *,
     watermark: float = DEFAULT_WATERMARK,
     force_rebuild: str = "",
+    facts: FactsSource | None = None,
 ) -> BuildPlan:
     """Plan the next pack of an agent.
 
@@ -145,6 +178,8 @@ def plan_build(
     - otherwise (or ``force_rebuild`` names a reason, an emitted item left the pool, or an
       emitted steering note belongs to another stage than the request's) → ``rebuild`` below
       the watermark, keeping retained items in their previous order for the longest prefix.
+
+    *facts* gives the append's facts (``append_facts`` over *candidates* when None).
     """
     if not 0 < watermark <= 0.9:
         raise ValueError("watermark must be in (0, 0.9]")
@@ -155,20 +190,21 @@ def plan_build(
         return BuildPlan(
             kind="initial", result=_select(request, candidates, counter, budget), emitted_order=()
         )
-    emitted = ctx.emitted if ctx is not None else {}
-    ids = list(map(_ID, candidates))
-    present = set(ids)
-    gone = [i for i in emitted if i not in present]
+    keep = frozenset(request.keep_ids)
+    known = None
+    if ctx is not None and not force_rebuild:
+        if facts is None:
+            known = append_facts(candidates, ctx, keep, request.stage_id)
+        else:
+            known = facts(keep, request.stage_id)
     # A steering note of another stage cannot stay in the prompt when the stage changes.
-    off_stage = [i for i, it in emitted.items() if other_stage(it, request.stage_id)]
     reason = (
         force_rebuild
-        or (f"removed:{len(gone)}" if gone else "")
-        or (f"{OTHER_STAGE}:{len(off_stage)}" if off_stage else "")
+        or (f"removed:{known.gone}" if known is not None and known.gone else "")
+        or (f"{OTHER_STAGE}:{known.off_stage}" if known is not None and known.off_stage else "")
     )
-    if not reason and ctx is not None:
-        keep = frozenset(request.keep_ids)
-        new = new_candidates(candidates, ctx, keep, present)
+    if not reason and ctx is not None and known is not None:
+        new = known.new
         room = max(0, budget - ctx.used)
         # A strategy needs a positive budget: with no room left, select against 1 token, so
         # anything new is ``over_budget`` (→ rebuild) and no new items append nothing.
@@ -180,7 +216,7 @@ def plan_build(
             if d.reason == "over_budget" or (d.item_id in keep and d.action != "included")
         ]
         if not over and added.overflow == 0 and ctx.used + added.used <= budget:
-            items = (*(ctx.emitted[i] for i in ctx.emitted), *added.items)
+            items = (*ctx.emitted.values(), *added.items)
             decisions = {**ctx.decisions, **added.decisions}
             result = msgspec.structs.replace(
                 added,

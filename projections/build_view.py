@@ -23,12 +23,14 @@ from ctxledger.domain.prompt import PromptParts, compose
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.turn_errors import TurnError
-from ctxledger.projections.pool import AgentPool, verified_form
+from ctxledger.projections.pool import AgentPool
+from ctxledger.projections.turn_memo import TurnMemo, TurnView, emitted_context, turn_view
 
 __all__ = [
     "DECISION_POINT",
     "BuildView",
     "build_view",
+    "turn_build_view",
     "decide_build",
     "emitted_context",
     "plan_view",
@@ -50,30 +52,9 @@ class BuildView(msgspec.Struct, frozen=True, kw_only=True):
     candidates: tuple[Item, ...]
     emitted: EmittedContext | None
     verified_ids: frozenset[str]
-
-
-def emitted_context(gen: Generation, pool: AgentPool) -> EmittedContext | None:
-    """The items the generation's latest pack sent, as sent (verified form, compressed or
-    clipped text), in its order; None when the generation has no pack yet."""
-    if not gen.decisions:
-        return None
-    emitted: dict[str, Item] = {}
-    for item_id, d in gen.decisions.items():
-        if d.action == "dropped" or item_id not in pool.items:
-            continue
-        item = pool.items[item_id]
-        if d.verified:
-            item = verified_form(item)
-        if d.action in ("compressed", "clipped"):
-            item = msgspec.structs.replace(item, content=d.content, token_count=d.tokens_after)
-        emitted[item_id] = item
-    return EmittedContext(
-        generation=gen.number,
-        decisions=gen.decisions,
-        emitted=emitted,
-        order=gen.order,
-        used=max(0, gen.tokens_used - gen.reserved),
-    )
+    turn: TurnView | None = None
+    """The engine's turn memo brought up to date (None: the append's facts are computed by
+    passes over the candidates — the specification both are held equal to)."""
 
 
 def previous_prompt(ctx: EmittedContext | None) -> PromptParts | None:
@@ -115,6 +96,24 @@ def build_view(gen: Generation, pool: AgentPool, purpose: str = "") -> BuildView
     )
 
 
+def turn_build_view(
+    gen: Generation, pool: AgentPool, purpose: str, memo: TurnMemo | None
+) -> BuildView:
+    """``build_view`` from the engine's turn memo of the generation's last pack (see
+    ``projections.turn_memo``): O(changes since that pack) instead of passes over the
+    history; the view plans and records exactly like ``build_view``'s."""
+    if purpose == DECISION_POINT:
+        return build_view(gen, pool, purpose)
+    turn = turn_view(memo, gen, pool)
+    return BuildView(
+        generation=gen,
+        candidates=_candidates(pool),
+        emitted=turn.context() if turn is not None else None,
+        verified_ids=frozenset(pool.verified),
+        turn=turn,
+    )
+
+
 def plan_view(
     view: BuildView,
     request: BuildRequest,
@@ -133,6 +132,7 @@ def plan_view(
         counter,
         watermark=watermark,
         force_rebuild=force_rebuild,
+        facts=view.turn.facts if view.turn is not None else None,
     )
 
 

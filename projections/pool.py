@@ -33,7 +33,7 @@ from ctxledger.domain.events import (
     TurnSucceeded,
 )
 from ctxledger.domain.model import Item, Source
-from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed
+from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed
 
 __all__ = ["AgentPool", "Pool", "PoolBatch", "evolve_pool", "steering_form", "verified_form"]
 
@@ -51,6 +51,8 @@ class AgentPool(msgspec.Struct, frozen=True, kw_only=True):
     removed: dict[str, str] = {}
     recorded: int = 0
     built_upto: int = 0
+    touched: tuple[str, ...] = ()
+    touched_since: str = ""
 
     def candidates(self) -> list[Item]:
         """Items still in the pool, in recording order, verified ones in their verified form."""
@@ -116,13 +118,16 @@ def _record(pool: AgentPool, item: Item) -> AgentPool:
         removed = pool.removed
         if item.id in removed:  # observed again after removal: it is back
             removed = {k: v for k, v in removed.items() if k != item.id}
-        return msgspec.structs.replace(pool, seen=seen, removed=removed, recorded=n)
+        return msgspec.structs.replace(
+            pool, seen=seen, removed=removed, recorded=n, touched=(*pool.touched, item.id)
+        )
     return msgspec.structs.replace(
         pool,
         items={**pool.items, item.id: item},
         seq={**pool.seq, item.id: n},
         seen=seen,
         recorded=n,
+        touched=(*pool.touched, item.id),
     )
 
 
@@ -131,7 +136,9 @@ def _update_item(state: Pool, agent_id: str, item_id: str, **changes: object) ->
     if pool is None or item_id not in pool.items:
         return state
     item = msgspec.structs.replace(pool.items[item_id], **changes)
-    return _put(state, agent_id, msgspec.structs.replace(pool, items={**pool.items, item_id: item}))
+    items = {**pool.items, item_id: item}
+    touched = (*pool.touched, item_id)
+    return _put(state, agent_id, msgspec.structs.replace(pool, items=items, touched=touched))
 
 
 def evolve_pool(state: Pool, event: Event) -> Pool:
@@ -153,7 +160,10 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             if pool is None or item_id not in pool.items:
                 return state
             removed = {**pool.removed, item_id: reason or "removed"}
-            return _put(state, agent_id, msgspec.structs.replace(pool, removed=removed))
+            touched = (*pool.touched, item_id)
+            return _put(
+                state, agent_id, msgspec.structs.replace(pool, removed=removed, touched=touched)
+            )
         case FindingVerified(agent_id=agent_id, item_id=item_id):
             pool = state.by_agent.get(agent_id)
             if pool is None or item_id not in pool.items:
@@ -161,21 +171,35 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             if pool.items[item_id].source == Source.RECALLED_MEMORY:
                 return state  # recalled memory is never a verified fact
             verified = {**pool.verified, item_id: True}
-            return _put(state, agent_id, msgspec.structs.replace(pool, verified=verified))
-        case ContextPackBuilt(agent_id=agent_id):
+            touched = (*pool.touched, item_id)
+            return _put(
+                state, agent_id, msgspec.structs.replace(pool, verified=verified, touched=touched)
+            )
+        case ContextPackBuilt(agent_id=agent_id, pack_id=pack_id):
             pool = state.by_agent.get(agent_id)
-            if pool is None or pool.built_upto == pool.recorded or event.purpose:
+            if pool is None or event.purpose:
                 return state  # a decision point is not the agent's prompt: nothing was "seen"
-            return _put(state, agent_id, msgspec.structs.replace(pool, built_upto=pool.recorded))
+            if (pool.built_upto, pool.touched, pool.touched_since) == (pool.recorded, (), pack_id):
+                return state
+            return _put(
+                state,
+                agent_id,
+                msgspec.structs.replace(
+                    pool, built_upto=pool.recorded, touched=(), touched_since=pack_id
+                ),
+            )
         case GenerationRefreshed(agent_id=agent_id, kind="refresh", dropped=dropped):
             pool = state.by_agent.get(agent_id)
             if pool is None or not dropped:
                 return state
             removed = dict(pool.removed)
-            for item_id in dropped:
-                if item_id in pool.items:
-                    removed.setdefault(item_id, "dropped_at_refresh")
-            return _put(state, agent_id, msgspec.structs.replace(pool, removed=removed))
+            hit = tuple(item_id for item_id in dropped if item_id in pool.items)
+            for item_id in hit:
+                removed.setdefault(item_id, "dropped_at_refresh")
+            touched = (*pool.touched, *hit)
+            return _put(
+                state, agent_id, msgspec.structs.replace(pool, removed=removed, touched=touched)
+            )
         case (
             AgentRegistered()
             | GenerationRefreshed()
@@ -215,6 +239,8 @@ class _PoolDraft:
         "removed",
         "seen",
         "seq",
+        "touched",
+        "touched_since",
         "verified",
     )
 
@@ -227,6 +253,8 @@ class _PoolDraft:
         self.removed = Thawed(pool.removed)
         self.recorded = pool.recorded
         self.built_upto = pool.built_upto
+        self.touched = Additions(pool.touched)
+        self.touched_since = pool.touched_since
 
     def edit_items(self) -> dict[str, Item]:
         """``items``, ``seq`` and ``seen`` made this batch's own; returns ``items``."""
@@ -244,6 +272,7 @@ class _PoolDraft:
         n = self.recorded = self.recorded + 1
         seen = self.seen
         seen[item_id] = seen.get(item_id, 0) + 1
+        self.touched.append(item_id)
         if item_id not in items:
             items[item_id] = item
             self.seq[item_id] = n
@@ -259,6 +288,8 @@ class _PoolDraft:
             removed=self.removed.current,
             recorded=self.recorded,
             built_upto=self.built_upto,
+            touched=self.touched.freeze(),
+            touched_since=self.touched_since,
         )
 
 
@@ -302,6 +333,7 @@ class PoolBatch:
         if pool is not None:
             items = pool.edit_items()
             items[item_id] = msgspec.structs.replace(items[item_id], pinned=pinned)
+            pool.touched.append(item_id)
 
     def item_pinned(self, event: ItemPinned) -> None:
         self._set_pinned(event.agent_id, event.item_id, True)
@@ -313,16 +345,20 @@ class PoolBatch:
         pool = self._holding(event.agent_id, event.item_id)
         if pool is not None:
             pool.removed.edit()[event.item_id] = event.reason or "removed"
+            pool.touched.append(event.item_id)
 
     def finding_verified(self, event: FindingVerified) -> None:
         pool = self._holding(event.agent_id, event.item_id)
         if pool is not None and pool.items[event.item_id].source != Source.RECALLED_MEMORY:
             pool.verified.edit()[event.item_id] = True
+            pool.touched.append(event.item_id)
 
     def pack_built(self, event: ContextPackBuilt) -> None:
         pool = self.agents.get(event.agent_id)
         if pool is not None and not event.purpose:
             pool.built_upto = pool.recorded
+            pool.touched = Additions(())
+            pool.touched_since = event.pack_id
 
     def generation_refreshed(self, event: GenerationRefreshed) -> None:
         if event.kind != "refresh" or not event.dropped:
@@ -336,3 +372,4 @@ class PoolBatch:
             removed = pool.removed.edit()
             for item_id in dropped:
                 removed.setdefault(item_id, "dropped_at_refresh")
+                pool.touched.append(item_id)

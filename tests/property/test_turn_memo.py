@@ -1,0 +1,219 @@
+"""The engine's turn memo equals recomputing from the folded log, after every operation.
+
+A turn plans on the memo of the agent's last pack brought up to date by the ids the pool
+touched since (``projections.turn_memo``); the specification is the pass over every decision
+and candidate (``emitted_context``, ``append_facts``, ``memo_from_scratch``). One engine on a
+real SQLite file runs random operations — recordings, steering notes of several stages,
+pins, verifications, removals, builds of random stages (some with the latest-step policy),
+decision points, rebuilds and refreshes — and after every step the memo it would plan the
+next turn on is held equal to the from-scratch one, field by field, with the append facts for
+random kept ids and stages. A second engine planning every build on ``build_view`` (the
+passes over the history) records byte-identical events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    rule,
+    run_state_machine_as_test,
+)
+
+from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.ledger import open_ledger, stream_id_for
+from ctxledger.adapters.tokens import default_counter
+from ctxledger.domain.errors import CtxLedgerError
+from ctxledger.domain.generation_policy import append_facts
+from ctxledger.domain.model import AgentIdentity, Generation, Layer, Source
+from ctxledger.projections.build_view import BuildView, build_view
+from ctxledger.projections.turn_memo import emitted_context, memo_from_scratch, turn_view
+
+SESSION = "turn-memo"
+COUNTER = default_counter()
+STAGES = ["", "plan", "fix"]
+WORDS = st.sampled_from(["alpha", "fix", "auth/session.py", "error", "test", "retry"])
+_agents = itertools.count()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.at = datetime(2026, 2, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.at
+
+
+class TurnMemoMachine(RuleBasedStateMachine):
+    """Subclassed with ``root`` set to a fresh directory."""
+
+    root: Path = Path()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = Clock()
+        n = next(_agents)
+        self.memo_engine = self._open(self.root / f"memo-{os.getpid()}-{n}.db")
+        self.scratch_engine = self._open(self.root / f"scratch-{os.getpid()}-{n}.db", ScratchEngine)
+        self.agent = "agent"
+        self.n = 0
+
+    def _open(self, path: Path, kind: type[ContextEngine] = ContextEngine) -> ContextEngine:
+        return kind(
+            open_ledger(f"sqlite:///{path}"),
+            counter=COUNTER,
+            clock=self.clock,
+            settings=EngineSettings(session_id=SESSION, max_refreshes=3),
+        )
+
+    def both(self, op: Callable[[ContextEngine], Any]) -> None:
+        self.clock.at += timedelta(seconds=1)
+        outcomes = []
+        for engine in (self.memo_engine, self.scratch_engine):
+            try:
+                op(engine)
+                outcomes.append("ok")
+            except CtxLedgerError as exc:
+                outcomes.append(f"{type(exc).__name__}: {exc}")
+        assert outcomes[0] == outcomes[1], outcomes
+
+    @initialize(budget=st.integers(min_value=150, max_value=1200))
+    def register(self, budget: int) -> None:
+        identity = AgentIdentity(
+            agent_id=self.agent, role="primary", task="fix auth", budget=budget
+        )
+        self.both(lambda e: e.register_agent(identity))
+
+    @rule(
+        words=st.lists(WORDS, min_size=1, max_size=40),
+        layer=st.sampled_from(Layer),
+        source=st.sampled_from([Source.TOOL_LOG, Source.TEST_RESULT, Source.WORKER_FINDING]),
+        group=st.sampled_from(["", "g1"]),
+        flags=st.sampled_from(["", "pinned", "mandatory", "failure"]),
+    )
+    def record(
+        self, words: list[str], layer: Layer, source: Source, group: str, flags: str
+    ) -> None:
+        self.n += 1
+        text = f"obs {self.n}: " + " ".join(words)
+        kwargs: dict[str, Any] = {"layer": layer, "source": source, "group": group}
+        if flags:
+            kwargs[flags] = True
+        self.both(lambda e: e.record(self.agent, text, **kwargs))
+
+    @rule(data=st.data())
+    def record_again(self, data: st.DataObject) -> None:
+        """An item observed again (after a removal it is back in the pool)."""
+        items = list(self.memo_engine.pool(self.agent).items.values())
+        if items:
+            item = data.draw(st.sampled_from(items))
+            self.both(lambda e: e.record(self.agent, item))
+
+    @rule(stage=st.sampled_from(STAGES), words=st.lists(WORDS, min_size=1, max_size=6))
+    def steer(self, stage: str, words: list[str]) -> None:
+        self.n += 1
+        text = f"note {self.n}: " + " ".join(words)
+        self.both(lambda e: e.add_steering_note(self.agent, text, stage=stage))
+
+    @rule(
+        stage=st.sampled_from(STAGES),
+        budget=st.none() | st.integers(min_value=120, max_value=1200),
+        latest=st.booleans(),
+        point=st.integers(min_value=0, max_value=5),
+    )
+    def build(self, stage: str, budget: int | None, latest: bool, point: int) -> None:
+        purpose: Literal["prompt", "decision_point"] = "decision_point" if point == 0 else "prompt"
+        self.both(lambda e: e.configure(self.agent, latest_step=latest))
+        self.both(
+            lambda e: e.build(
+                self.agent, stage_id=stage, budget=budget, keywords=["auth"], purpose=purpose
+            )
+        )
+
+    @rule(data=st.data(), action=st.sampled_from(["pin", "unpin", "verify", "remove"]))
+    def control(self, data: st.DataObject, action: str) -> None:
+        items = list(self.memo_engine.pool(self.agent).items)
+        if not items:
+            return
+        item_id = data.draw(st.sampled_from(items))
+        calls: dict[str, Callable[[ContextEngine], Any]] = {
+            "pin": lambda e: e.pin(self.agent, item_id),
+            "unpin": lambda e: e.unpin(self.agent, item_id),
+            "verify": lambda e: e.verify_finding(self.agent, item_id),
+            "remove": lambda e: e.remove(self.agent, item_id),
+        }
+        self.both(calls[action])
+
+    @rule(kind=st.sampled_from(["rebuild", "refresh"]))
+    def manual(self, kind: str) -> None:
+        if kind == "rebuild":
+            self.both(lambda e: e.rebuild(self.agent, reason="test"))
+        else:
+            self.both(lambda e: e.refresh(self.agent, reason="test"))
+
+    @invariant()
+    def the_memo_is_the_recomputed_one(self) -> None:
+        engine = self.memo_engine
+        if self.agent not in engine.states.generations.by_agent:
+            return
+        gen, pool = engine.agent(self.agent).current, engine.pool(self.agent)
+        memo = engine._turns.get(self.agent)
+        view = turn_view(memo, gen, pool)
+        scratch = memo_from_scratch(gen, pool)
+        if view is None:
+            assert scratch is None
+            return
+        assert scratch is not None
+        assert view.memo == msgspec.structs.replace(scratch, pack_id=view.memo.pack_id)
+        ctx = emitted_context(gen, pool)
+        assert ctx is not None
+        assert view.context() == msgspec.structs.replace(ctx, included=scratch.included)
+        candidates = tuple(pool.candidates())
+        ids = [c.id for c in candidates]
+        for stage in STAGES:
+            for keep in (frozenset(), frozenset(ids[-3:]), frozenset(ids[::2])):
+                assert view.facts(keep, stage) == append_facts(candidates, ctx, keep, stage)
+
+    @invariant()
+    def same_events(self) -> None:
+        stream = stream_id_for(SESSION, self.agent)
+        a = [msgspec.json.encode(r.event) for r in self.memo_engine.ledger.read_stream(stream)]
+        b = [msgspec.json.encode(r.event) for r in self.scratch_engine.ledger.read_stream(stream)]
+        assert a == b
+
+    def teardown(self) -> None:
+        self.memo_engine.close()
+        self.scratch_engine.close()
+
+
+class ScratchEngine(ContextEngine):
+    """An engine that plans every build on ``build_view``: passes over the whole history,
+    the specification (what ``audit --rederive`` plans on)."""
+
+    def _view(self, agent_id: str, gen: Generation, purpose: str) -> BuildView:
+        return build_view(gen, self.pool(agent_id), purpose)
+
+
+def test_the_turn_memo_equals_recomputing_it(tmp_path: Path) -> None:
+    machine = type("Machine", (TurnMemoMachine,), {"root": tmp_path})
+    examples = 400 if os.environ.get("CTXLEDGER_SOAK") else 120
+    run_state_machine_as_test(
+        machine,
+        settings=settings(
+            max_examples=examples,
+            stateful_step_count=25,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow],
+        ),
+    )
