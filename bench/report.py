@@ -245,15 +245,27 @@ def _turn(r: dict[str, Any]) -> str:
             h["turn"]["p95"],
             h["floor"]["p50"],
             round(h["turn"]["p50"] / h["floor"]["p50"], 1) if h["floor"]["p50"] else None,
+            f"{h['floor_bytes']:,} ({h['floor_build']})" if "floor_bytes" in h else "",
         ]
         for h in t["history"]
     ]
     out = [
         "CPU time of the measuring thread per turn (record 1 item + build + render), SQLite with"
         f" durable commits, {t['budget']:,}-token budget, tiktoken counts; floor = a raw sqlite3"
-        " insert of the turn's event rows in the same transactions, interleaved.",
+        " insert of one steady turn's event rows (bytes and that build's kind shown) in the same"
+        " transactions, interleaved.",
         "",
-        _table(["history items", "turn p50 ms", "turn p95 ms", "floor p50 ms", "× floor"], rows),
+        _table(
+            [
+                "history items",
+                "turn p50 ms",
+                "turn p95 ms",
+                "floor p50 ms",
+                "× floor",
+                "floor rows B",
+            ],
+            rows,
+        ),
     ]
     s = t.get("session") or {}
     if s:

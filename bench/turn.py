@@ -76,9 +76,13 @@ def _history(n: int, repeat: int, max_seconds: float, log: Callable[[str], None]
             step()
             return [encode_event(r.event) for r in engine.ledger.read_all(after=before)]
 
+        # The floor writes the rows of one steady turn: the first turn after the initial
+        # pack rebuilds (the pack filled the budget), so it is taken before the capture.
+        turn()
+        kinds: list[str] = []
         rows = [
             capture(lambda: engine.record(AGENT, "an observation captured for the floor")),
-            capture(lambda: engine.build(AGENT, **hints)),
+            capture(lambda: kinds.append(engine.build(AGENT, **hints).kind)),
         ]
         insert = raw_insert(str(Path(tmp) / "raw.db"))
 
@@ -93,14 +97,16 @@ def _history(n: int, repeat: int, max_seconds: float, log: Callable[[str], None]
             max_seconds=max_seconds,
             clock=time.thread_time,
         )
-        kinds = engine.agent(AGENT).current.builds
+        builds = engine.agent(AGENT).current.builds
         engine.close()
     turn_stats, floor_stats = stats(samples["turn"]), stats(samples["floor"])
     out = {
         "items": n,
         "turn": turn_stats,
         "floor": floor_stats,
-        "builds_in_generation": kinds,
+        "builds_in_generation": builds,
+        "floor_build": kinds[0],
+        "floor_bytes": sum(len(b) for r in rows for _t, b in r),
     }
     log(f"turn at {n} items: {turn_stats['p50']} ms CPU (floor {floor_stats['p50']})")
     return out
