@@ -107,6 +107,23 @@ def steering_form(item: Item) -> Item:
     return msgspec.structs.replace(item, source=Source.STEERING_NOTE, pinned=True)
 
 
+TOUCHED_MAX = 4096
+"""``AgentPool.touched`` holds at most this many ids: past it the list is cleared and
+``touched_since`` emptied (no memo can be brought up to date; the next build recomputes it),
+so a pool recording without building keeps a bounded read model."""
+
+
+def _touch(pool: AgentPool, *item_ids: str) -> dict[str, object]:
+    """``touched``/``touched_since`` after touching *item_ids*, in order."""
+    touched, since = pool.touched, pool.touched_since
+    for item_id in item_ids:
+        if len(touched) >= TOUCHED_MAX:
+            touched, since = (), ""
+        else:
+            touched = (*touched, item_id)
+    return {"touched": touched, "touched_since": since}
+
+
 def _put(state: Pool, agent_id: str, pool: AgentPool) -> Pool:
     return Pool(by_agent={**state.by_agent, agent_id: pool})
 
@@ -119,7 +136,7 @@ def _record(pool: AgentPool, item: Item) -> AgentPool:
         if item.id in removed:  # observed again after removal: it is back
             removed = {k: v for k, v in removed.items() if k != item.id}
         return msgspec.structs.replace(
-            pool, seen=seen, removed=removed, recorded=n, touched=(*pool.touched, item.id)
+            pool, seen=seen, removed=removed, recorded=n, **_touch(pool, item.id)
         )
     return msgspec.structs.replace(
         pool,
@@ -127,7 +144,7 @@ def _record(pool: AgentPool, item: Item) -> AgentPool:
         seq={**pool.seq, item.id: n},
         seen=seen,
         recorded=n,
-        touched=(*pool.touched, item.id),
+        **_touch(pool, item.id),
     )
 
 
@@ -137,8 +154,9 @@ def _update_item(state: Pool, agent_id: str, item_id: str, **changes: object) ->
         return state
     item = msgspec.structs.replace(pool.items[item_id], **changes)
     items = {**pool.items, item_id: item}
-    touched = (*pool.touched, item_id)
-    return _put(state, agent_id, msgspec.structs.replace(pool, items=items, touched=touched))
+    return _put(
+        state, agent_id, msgspec.structs.replace(pool, items=items, **_touch(pool, item_id))
+    )
 
 
 def evolve_pool(state: Pool, event: Event) -> Pool:
@@ -160,9 +178,10 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             if pool is None or item_id not in pool.items:
                 return state
             removed = {**pool.removed, item_id: reason or "removed"}
-            touched = (*pool.touched, item_id)
             return _put(
-                state, agent_id, msgspec.structs.replace(pool, removed=removed, touched=touched)
+                state,
+                agent_id,
+                msgspec.structs.replace(pool, removed=removed, **_touch(pool, item_id)),
             )
         case FindingVerified(agent_id=agent_id, item_id=item_id):
             pool = state.by_agent.get(agent_id)
@@ -171,9 +190,10 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             if pool.items[item_id].source == Source.RECALLED_MEMORY:
                 return state  # recalled memory is never a verified fact
             verified = {**pool.verified, item_id: True}
-            touched = (*pool.touched, item_id)
             return _put(
-                state, agent_id, msgspec.structs.replace(pool, verified=verified, touched=touched)
+                state,
+                agent_id,
+                msgspec.structs.replace(pool, verified=verified, **_touch(pool, item_id)),
             )
         case ContextPackBuilt(agent_id=agent_id, pack_id=pack_id):
             pool = state.by_agent.get(agent_id)
@@ -196,9 +216,10 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             hit = tuple(item_id for item_id in dropped if item_id in pool.items)
             for item_id in hit:
                 removed.setdefault(item_id, "dropped_at_refresh")
-            touched = (*pool.touched, *hit)
             return _put(
-                state, agent_id, msgspec.structs.replace(pool, removed=removed, touched=touched)
+                state,
+                agent_id,
+                msgspec.structs.replace(pool, removed=removed, **_touch(pool, *hit)),
             )
         case (
             AgentRegistered()
@@ -256,6 +277,15 @@ class _PoolDraft:
         self.touched = Additions(pool.touched)
         self.touched_since = pool.touched_since
 
+    def touch(self, item_id: str) -> None:
+        """``_touch`` in place."""
+        touched = self.touched
+        if len(touched.frozen) + len(touched.added) >= TOUCHED_MAX:
+            self.touched = Additions(())
+            self.touched_since = ""
+        else:
+            touched.append(item_id)
+
     def edit_items(self) -> dict[str, Item]:
         """``items``, ``seq`` and ``seen`` made this batch's own; returns ``items``."""
         if not self._recordings_copied:
@@ -272,7 +302,7 @@ class _PoolDraft:
         n = self.recorded = self.recorded + 1
         seen = self.seen
         seen[item_id] = seen.get(item_id, 0) + 1
-        self.touched.append(item_id)
+        self.touch(item_id)
         if item_id not in items:
             items[item_id] = item
             self.seq[item_id] = n
@@ -333,7 +363,7 @@ class PoolBatch:
         if pool is not None:
             items = pool.edit_items()
             items[item_id] = msgspec.structs.replace(items[item_id], pinned=pinned)
-            pool.touched.append(item_id)
+            pool.touch(item_id)
 
     def item_pinned(self, event: ItemPinned) -> None:
         self._set_pinned(event.agent_id, event.item_id, True)
@@ -345,13 +375,13 @@ class PoolBatch:
         pool = self._holding(event.agent_id, event.item_id)
         if pool is not None:
             pool.removed.edit()[event.item_id] = event.reason or "removed"
-            pool.touched.append(event.item_id)
+            pool.touch(event.item_id)
 
     def finding_verified(self, event: FindingVerified) -> None:
         pool = self._holding(event.agent_id, event.item_id)
         if pool is not None and pool.items[event.item_id].source != Source.RECALLED_MEMORY:
             pool.verified.edit()[event.item_id] = True
-            pool.touched.append(event.item_id)
+            pool.touch(event.item_id)
 
     def pack_built(self, event: ContextPackBuilt) -> None:
         pool = self.agents.get(event.agent_id)
@@ -372,4 +402,4 @@ class PoolBatch:
             removed = pool.removed.edit()
             for item_id in dropped:
                 removed.setdefault(item_id, "dropped_at_refresh")
-                pool.touched.append(item_id)
+                pool.touch(item_id)

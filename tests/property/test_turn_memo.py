@@ -34,10 +34,12 @@ from hypothesis.stateful import (
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger, stream_id_for
 from ctxledger.adapters.tokens import default_counter
+from ctxledger.domain import events as ev
 from ctxledger.domain.errors import CtxLedgerError
 from ctxledger.domain.generation_policy import append_facts
-from ctxledger.domain.model import AgentIdentity, Generation, Layer, Source
+from ctxledger.domain.model import AgentIdentity, Generation, Item, Layer, Source
 from ctxledger.projections.build_view import BuildView, build_view
+from ctxledger.projections.pool import TOUCHED_MAX, Pool, PoolBatch, evolve_pool
 from ctxledger.projections.turn_memo import emitted_context, memo_from_scratch, turn_view
 
 SESSION = "turn-memo"
@@ -217,3 +219,37 @@ def test_the_turn_memo_equals_recomputing_it(tmp_path: Path) -> None:
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+
+
+def test_the_touched_list_is_bounded_and_the_batch_fold_agrees() -> None:
+    """Past ``TOUCHED_MAX`` ids the pool forgets what it touched (``touched_since`` empty): a
+    pool that records without building keeps a bounded read model, and the next build
+    recomputes its memo. The pure fold and the batch fold agree at and past the bound."""
+    at = datetime(2026, 2, 1, tzinfo=UTC)
+    recordings = [
+        ev.ItemRecorded(
+            at=at,
+            agent_id="a",
+            item=Item(id=f"i{k}", content=f"item {k}", layer=Layer.L0, source=Source.TOOL_LOG),
+        )
+        for k in range(TOUCHED_MAX + 20)
+    ]
+    built = ev.ContextPackBuilt(at=at, agent_id="a", pack_id="a/g1/v9")
+    head: list[ev.Event] = [*recordings[:10], built, *recordings[10:]]
+    pure = Pool()
+    for event in head:
+        pure = evolve_pool(pure, event)
+    pool = pure.by_agent["a"]
+    after_pack = len(head) - head.index(built) - 1
+    assert after_pack > TOUCHED_MAX
+    # the list restarted empty when it reached the bound, then took the ids after it
+    assert (pool.touched_since, len(pool.touched)) == ("", after_pack - TOUCHED_MAX - 1)
+    for cut in (1, 7, TOUCHED_MAX, len(head) - 1):
+        batch = Pool()
+        for start in range(0, len(head), cut):
+            fold = PoolBatch(batch)
+            handlers = fold.handlers()
+            for event in head[start : start + cut]:
+                handlers[type(event)](event)
+            batch = fold.freeze()
+        assert batch == pure
