@@ -1,10 +1,11 @@
 """`report_usage` takes the SDKs' own usage objects, not only dicts.
 
-The anthropic, openai and openai-agents packages are not installed here (the tests make no
-network installs), so their usage classes are rebuilt with the same field names and the same
-kinds: pydantic models with ``model_dump()`` and ``to_dict()`` (anthropic ``Usage``, openai
-``CompletionUsage`` and ``ResponseUsage``, LiteLLM ``Usage``), a dataclass holding pydantic
-details (openai-agents ``Usage``), and plain attribute objects. Expected numbers are worked out
+The shapes of every SDK are rebuilt here with the same field names and the same kinds, so the
+cases run without those packages: pydantic models with ``model_dump()`` and ``to_dict()``
+(anthropic ``Usage``, openai ``CompletionUsage`` and ``ResponseUsage``, LiteLLM ``Usage``), a
+dataclass holding pydantic details (openai-agents ``Usage``), and plain attribute objects. The
+real anthropic and openai SDKs' objects, parsed from a local server's replies, go through
+``report_usage`` in tests/integration/test_provider_sdks.py. Expected numbers are worked out
 by hand from the provider's documented accounting."""
 
 from __future__ import annotations
