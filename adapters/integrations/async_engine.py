@@ -1,0 +1,118 @@
+"""``AsyncContextEngine``: the engine's API awaitable from an event loop.
+
+Every call runs on one worker thread of its own, in the order awaited, so an orchestrator on
+asyncio never blocks its loop on a commit and the engine is never entered from two threads at
+once (it is one writer; run several engines for parallel writers). ``render`` is pure and
+runs inline.
+
+    engine = AsyncContextEngine(ContextEngine.open("sqlite:///ledger.db"))
+    await engine.record("worker-1", tool_output)
+    result = await engine.build("worker-1", keywords=["auth"])
+    request = engine.render(result, "anthropic", "claude-sonnet-4-5")
+    ...
+    await engine.report_usage("worker-1", response.usage)
+    await engine.aclose()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from ctxledger.adapters.engine import BuildResult, ContextEngine
+from ctxledger.domain import events as ev
+from ctxledger.domain.model import Item
+from ctxledger.domain.settings import AgentSettings
+from ctxledger.projections.catalog import ReadModels
+from ctxledger.projections.generations import AgentGenerations
+from ctxledger.projections.pool import AgentPool
+
+__all__ = ["AsyncContextEngine"]
+
+T = TypeVar("T")
+
+
+class AsyncContextEngine:
+    """Awaitable facade over one :class:`ContextEngine` (which it owns: ``aclose`` closes it)."""
+
+    def __init__(self, engine: ContextEngine) -> None:
+        self.engine = engine
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxledger")
+
+    async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._worker, functools.partial(fn, *args, **kwargs))
+
+    async def register_agent(self, *args: Any, **kwargs: Any) -> None:
+        await self._run(self.engine.register_agent, *args, **kwargs)
+
+    async def configure(self, agent_id: str, **kwargs: Any) -> AgentSettings:
+        return await self._run(self.engine.configure, agent_id, **kwargs)
+
+    async def record(self, agent_id: str, item: Item | str, **kwargs: Any) -> Item:
+        return await self._run(self.engine.record, agent_id, item, **kwargs)
+
+    async def record_many(self, agent_id: str, items: list[Item]) -> list[Item]:
+        return await self._run(self.engine.record_many, agent_id, items)
+
+    async def add_steering_note(self, agent_id: str, text: str, *, stage: str = "") -> Item:
+        return await self._run(self.engine.add_steering_note, agent_id, text, stage=stage)
+
+    async def pin(self, agent_id: str, item_id: str, **kwargs: Any) -> None:
+        await self._run(self.engine.pin, agent_id, item_id, **kwargs)
+
+    async def unpin(self, agent_id: str, item_id: str, **kwargs: Any) -> None:
+        await self._run(self.engine.unpin, agent_id, item_id, **kwargs)
+
+    async def remove(self, agent_id: str, item_id: str, **kwargs: Any) -> None:
+        await self._run(self.engine.remove, agent_id, item_id, **kwargs)
+
+    async def verify_finding(self, agent_id: str, item_id: str, **kwargs: Any) -> Any:
+        return await self._run(self.engine.verify_finding, agent_id, item_id, **kwargs)
+
+    async def build(self, agent_id: str, **kwargs: Any) -> BuildResult:
+        return await self._run(self.engine.build, agent_id, **kwargs)
+
+    async def rebuild(self, agent_id: str, **kwargs: Any) -> BuildResult:
+        return await self._run(self.engine.rebuild, agent_id, **kwargs)
+
+    async def refresh(self, agent_id: str, **kwargs: Any) -> Any:
+        return await self._run(self.engine.refresh, agent_id, **kwargs)
+
+    def render(self, result: BuildResult, provider: Any, model: str, **kwargs: Any) -> Any:
+        """``ContextEngine.render`` (pure: no await)."""
+        return self.engine.render(result, provider, model, **kwargs)
+
+    async def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
+        return await self._run(self.engine.report_usage, agent_id, usage)
+
+    async def turn_succeeded(self, agent_id: str) -> None:
+        await self._run(self.engine.turn_succeeded, agent_id)
+
+    async def on_turn_error(self, agent_id: str, error: object, **kwargs: Any) -> Any:
+        return await self._run(self.engine.on_turn_error, agent_id, error, **kwargs)
+
+    async def agent(self, agent_id: str) -> AgentGenerations:
+        return await self._run(self.engine.agent, agent_id)
+
+    async def pool(self, agent_id: str) -> AgentPool:
+        return await self._run(self.engine.pool, agent_id)
+
+    async def states(self) -> ReadModels:
+        return await self._run(lambda: self.engine.states)
+
+    async def aclose(self) -> None:
+        """Close the engine (saving its read models) and stop the worker."""
+        try:
+            await self._run(self.engine.close)
+        finally:
+            self._worker.shutdown(wait=True)
+
+    async def __aenter__(self) -> AsyncContextEngine:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,69 @@
+"""LangGraph with ctxledger as its context.
+
+``ContextHook`` is a ``pre_model_hook`` for ``langgraph.prebuilt.create_react_agent``: before
+each model call it records the ``ToolMessage`` outputs the graph's state holds that the pool
+does not, builds the agent's next prompt, and returns ``llm_input_messages`` — the prompt as
+a system message, then the conversation's current turn — so the graph's own ``messages``
+state is left untouched. Usage comes back on each ``AIMessage.usage_metadata``;
+``report_usage`` takes the provider's own usage (``AIMessage.response_metadata``).
+
+    hook = ContextHook(engine, "worker-1")
+    graph = create_react_agent(model, tools, pre_model_hook=hook)
+
+LangGraph 1.x deprecates ``create_react_agent`` for LangChain's ``create_agent``; its
+middleware is ``langchain_agents.ContextMiddleware``, which shapes the model call the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.integrations.turns import build_for, current_turn, record_tool_outputs
+
+__all__ = ["ContextHook", "shape_messages"]
+
+
+def _text(message: BaseMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "\n".join(
+        str(p.get("text", "")) if isinstance(p, Mapping) else str(p) for p in content
+    ).strip()
+
+
+M = TypeVar("M", bound=BaseMessage)
+
+
+def shape_messages(
+    engine: ContextEngine, agent_id: str, build: dict[str, Any], messages: Sequence[M]
+) -> tuple[Any, list[M]]:
+    """Record the ``ToolMessage`` outputs of *messages* the pool does not hold, build, and
+    return ``(BuildResult, the conversation's current turn)``."""
+    outputs = [(str(m.tool_call_id), _text(m)) for m in messages if isinstance(m, ToolMessage)]
+    record_tool_outputs(engine, agent_id, outputs)
+    result = build_for(engine, agent_id, build)
+    return result, current_turn(messages, lambda m: isinstance(m, HumanMessage))
+
+
+class ContextHook:
+    """A ``pre_model_hook`` putting *agent_id*'s ctxledger prompt in front of every model
+    call. *build* holds ``engine.build`` arguments used for every build."""
+
+    def __init__(self, engine: ContextEngine, agent_id: str, **build: Any) -> None:
+        self.engine = engine
+        self.agent_id = agent_id
+        self.build = build
+        self.last: Any = None
+        """The last BuildResult."""
+
+    def __call__(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        result, turn = shape_messages(
+            self.engine, self.agent_id, self.build, list(state["messages"])
+        )
+        self.last = result
+        return {"llm_input_messages": [SystemMessage(content=result.prompt.text), *turn]}
