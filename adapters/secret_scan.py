@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from ctxledger.adapters.secret_views import despaced, hex_runs, normalized, percent_decoded
+
 if TYPE_CHECKING:  # detect-secrets (and requests under it) loads with the first scanner
     from types import ModuleType
 
@@ -75,7 +77,18 @@ _SPAN_RULES: Final[tuple[_Rule, ...]] = (
         shaped=True,
     ),
     _Rule("google api key", re.compile(r"AIza[0-9A-Za-z_-]{35}"), boundary=True, shaped=True),
-    _Rule("private key", re.compile(r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")),
+    _Rule(
+        "private key",
+        re.compile(r"-----begin[a-z0-9 ]{0,40} private key(?: block)?-----"),
+        lower=True,
+    ),
+    # a key's base64 body pasted without its header: four or more 64-character lines
+    _Rule(
+        "private key body",
+        re.compile(r"(?m)^(?:[A-Za-z0-9+/]{64}[ \t]*\r?\n){4,}[A-Za-z0-9+/]{0,64}={0,2}"),
+    ),
+    # an AWS secret access key: exactly 40 characters, checked after the match (_aws_secret)
+    _Rule("aws secret key", re.compile(r"[A-Za-z0-9/+]{40,}")),
     _Rule(
         "bearer token",
         re.compile(r"bearer[ \t]+([a-z0-9._~+/-]{16,}=*)"),
@@ -101,11 +114,12 @@ _SPAN_RULES: Final[tuple[_Rule, ...]] = (
     _Rule("password in URL", re.compile(r"://[^\s:@/]{1,100}:([^\s@/]{4,200})@")),
 )
 _SHAPED_RULES: Final = tuple(r for r in _SPAN_RULES if r.shaped)
+_AWS_CONTEXT: Final = re.compile(r"aws|secret|access.?key", re.IGNORECASE)
 _WORD_CHAR = re.compile(r"\w")
 _TOKEN_CHARS = "A-Za-z0-9+/=_-"
 _TOKEN_CHAR = re.compile(rf"[{_TOKEN_CHARS}]")
 _BREAK = re.compile(r"[ \t]*\r?\n[ \t]*")
-_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")
+_PEM_END = re.compile(r"-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----", re.IGNORECASE)
 _PEM_BODY_LINE = re.compile(r"[ \t]*[A-Za-z0-9+/=]{8,}[ \t]*(?:\r?\n|$)")
 # Candidate base64 runs (standard or URL-safe alphabet) decoded and scanned once more.
 _B64_RUN = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}|[A-Za-z0-9_-]{24,}={0,2}")
@@ -221,6 +235,23 @@ def _decoded(run: str) -> str | None:
     return text
 
 
+def _aws_secret(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` (a run of 40+ base64 characters) is shaped like an AWS
+    secret access key: exactly 40, not followed by ``=`` padding, mixed upper, lower and
+    digits, and holding ``/`` or ``+`` or named by its line (``aws``, ``secret``…)."""
+    if end - start != 40 or text.startswith("=", end):
+        return False
+    value = text[start:end]
+    if not (_LOWER.search(value) and _UPPER.search(value) and _DIGIT.search(value)):
+        return False
+    if "/" in value or "+" in value:
+        return True
+    line_start = text.rfind("\n", 0, start) + 1
+    line_end = text.find("\n", end)
+    line = text[line_start : len(text) if line_end < 0 else line_end]
+    return _AWS_CONTEXT.search(line) is not None
+
+
 def _looks_random(value: str) -> bool:
     if value.startswith(_PLACEHOLDER_START):
         return False
@@ -333,6 +364,9 @@ class SecretScanner:
         found = self._extra(text)
         if found is not None:
             return found
+        disguised = self._disguised(text)
+        if disguised:
+            return disguised[0].kind
         for chunk in self._chunks(text):
             found = self._detect_secrets(chunk)
             if found is not None:
@@ -372,7 +406,30 @@ class SecretScanner:
                         stop = _original(stop, at, removed, end=True)
                     found.append(Finding(f"base64 {inner[0].kind}", start, stop))
                     break
+        found += self._disguised(text)
         return _merge(found)
+
+    def _disguised(self, text: str) -> list[Finding]:
+        """Findings in the views that undo disguises (``adapters.secret_views``): the NFKC,
+        invisible-free, look-alike-free text and the percent-decoded text (every rule), the
+        text with spaced token groups joined (the fixed-prefix rules), and hex runs that
+        decode to a credential (kind prefixed with ``hex``), mapped back to the original."""
+        found: list[Finding] = []
+        for view, rules in (
+            (normalized(text), _SPAN_RULES),
+            (percent_decoded(text), _SPAN_RULES),
+            (despaced(text), _SHAPED_RULES),
+        ):
+            if view is None:
+                continue
+            for f in self._rule_spans(view.text, rules):
+                start, end = view.original(f.start, f.end)
+                found.append(Finding(f.kind, start, end))
+        for start, end, decoded in hex_runs(text):
+            inner = self._rule_spans(decoded, _SPAN_RULES)
+            if inner:
+                found.append(Finding(f"hex {inner[0].kind}", start, end))
+        return found
 
     def redact(self, text: str) -> tuple[str, tuple[str, ...]]:
         """*text* with every credential replaced by ``redaction_marker`` (every other
@@ -441,6 +498,8 @@ class SecretScanner:
                 value = text[start:end]
                 if rule.kind in _NEEDS_MIXED and not _looks_random(value.split()[-1]):
                     continue
+                if rule.kind == "aws secret key" and not _aws_secret(text, start, end):
+                    continue
                 if rule.kind == "private key":
                     end = self._pem_end(text, end)
                 found.append(Finding(rule.kind, start, end))
@@ -451,7 +510,7 @@ class SecretScanner:
         """Where the key block that starts at a header ends: its END line, else the last of
         the base64 lines that follow."""
         end = _PEM_END.search(text, header_end)
-        next_begin = text.find("-----BEGIN", header_end)
+        next_begin = _lower(text).find("-----begin", header_end)
         if end is not None and (next_begin < 0 or end.start() < next_begin):
             return end.end()
         pos = header_end
