@@ -14,12 +14,25 @@ import sqlite3
 from types import TracebackType
 from typing import Any, Final
 
+from ctxledger.adapters.memory_guard import ensure_guard
 from ctxledger.domain.errors import InvalidInputError, ProtectedTableError
 
-__all__ = ["PROTECTED_TABLES", "CatalogStore", "connect_catalog"]
+__all__ = [
+    "META_TABLE",
+    "PROTECTED_TABLES",
+    "READ_ONLY_TABLES",
+    "CatalogStore",
+    "connect_catalog",
+    "put_catalog_meta",
+]
 
 PROTECTED_TABLES: Final = frozenset({"memory"})
 """Tables the generic accessor refuses (compared case-insensitively)."""
+
+META_TABLE: Final = "catalog_meta"
+READ_ONLY_TABLES: Final = frozenset({META_TABLE})
+"""Tables the generic accessor reads but never writes: the catalog's own settings (its
+partition key: a write there would orphan every memory on the next open)."""
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -29,7 +42,8 @@ def connect_catalog(path: str | os.PathLike[str], *, timeout: float = 5.0) -> sq
 
     Autocommit mode (transactions are explicit ``BEGIN``/``COMMIT``), WAL journal,
     ``secure_delete`` (freed cells are overwritten) and ``recursive_triggers`` (the guard also
-    sees the implicit delete of ``INSERT OR REPLACE``)."""
+    sees the implicit delete of ``INSERT OR REPLACE``); a memory table missing any guard
+    trigger gets the guard again (``memory_guard.ensure_guard``)."""
     conn = sqlite3.connect(os.fspath(path), timeout=timeout, isolation_level=None)
     try:
         conn.execute("PRAGMA secure_delete=ON")
@@ -41,6 +55,7 @@ def connect_catalog(path: str | os.PathLike[str], *, timeout: float = 5.0) -> sq
         secure = conn.execute("PRAGMA secure_delete").fetchone()[0]
         if secure != 1:
             raise InvalidInputError("this SQLite build cannot enable secure_delete")
+        ensure_guard(conn)
     except BaseException:
         conn.close()
         raise
@@ -56,6 +71,24 @@ def _checked_table(table: str) -> str:
     if lowered.startswith("sqlite_"):
         raise ProtectedTableError("SQLite's internal tables are not catalog tables")
     return table
+
+
+def put_catalog_meta(conn: sqlite3.Connection, key: str, value: object) -> None:
+    """Write one of the catalog's own settings (``catalog_meta``): for the memory catalog
+    only, which owns them; the generic accessor refuses that table."""
+    _put(conn, META_TABLE, key, value)
+
+
+def _put(conn: sqlite3.Connection, name: str, key: str, value: object) -> None:
+    payload = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    conn.execute(
+        f'CREATE TABLE IF NOT EXISTS "{name}" (key TEXT PRIMARY KEY NOT NULL, value TEXT NOT NULL)'
+    )
+    conn.execute(
+        f'INSERT INTO "{name}" (key, value) VALUES (?, ?) '
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, payload),
+    )
 
 
 class CatalogStore:
@@ -90,18 +123,12 @@ class CatalogStore:
         self.close()
 
     def put_json(self, table: str, key: str, value: object) -> None:
-        """Store *value* (anything ``json.dumps`` accepts) under *key*, replacing any old one."""
+        """Store *value* (anything ``json.dumps`` accepts) under *key*, replacing any old one.
+        Refuses the read-only tables (``catalog_meta``) with ProtectedTableError."""
         name = _checked_table(table)
-        payload = json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
-        self._conn.execute(
-            f'CREATE TABLE IF NOT EXISTS "{name}" (key TEXT PRIMARY KEY NOT NULL, '
-            "value TEXT NOT NULL)"
-        )
-        self._conn.execute(
-            f'INSERT INTO "{name}" (key, value) VALUES (?, ?) '
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            (key, payload),
-        )
+        if name.lower() in READ_ONLY_TABLES:
+            raise ProtectedTableError(f"table {name.lower()!r} is written only by the catalog")
+        _put(self._conn, name, key, value)
 
     def get(self, table: str, key: str) -> Any:
         """The value under *key*, or None when the table or the key does not exist."""

@@ -864,7 +864,7 @@ class ContextEngine:
         request = started.request
         assert request is not None
         agent_id = started.agent_id
-        group = self._recall_group(agent_id, request.now)
+        group = self._recall_group(agent_id, request)
         version = self.ledger.stream_version(stream)
         self.runner.catch_up()
         if version != at_version or self.building(agent_id) != started.pack_id:
@@ -964,9 +964,10 @@ class ContextEngine:
         with contextlib.suppress(CtxLedgerError):
             self.decide_and_append(stream, decide)
 
-    def _recall_group(self, agent_id: str, now: datetime) -> RecallGroup | None:
-        """This prompt's recalled-memory group (None: nothing to record). With recall off, an
-        empty group is recorded once to remove a group an earlier prompt carried."""
+    def _recall_group(self, agent_id: str, request: BuildRequest) -> RecallGroup | None:
+        """This prompt's recalled-memory group (None: nothing to record), ranked by relevance to
+        the *request* and gated by its scope. With recall off, an empty group is recorded once
+        to remove a group an earlier prompt carried."""
         ag = self.agent(agent_id)
         if self.memory is None or not self.memory.settings.enabled or not ag.settings.recall:
             inspector: InspectorState = self.runner.model("inspector")
@@ -974,7 +975,9 @@ class ContextEngine:
             if previous is not None and previous.recall is not None and previous.recall.memory_ids:
                 return RecallGroup()
             return None
-        group, stale = self.memory.recall_for(ag.agent, counter=self.counter, now=now)
+        group, stale = self.memory.recall_for(
+            ag.agent, counter=self.counter, now=request.now, request=request
+        )
         for stale_event in stale:
             self._append_memory(self.memory.stream_of(stale_event.memory_id), stale_event)
         return group

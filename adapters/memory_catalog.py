@@ -27,7 +27,13 @@ from typing import Any, Final, Literal
 import msgspec
 from pydantic import ValidationError
 
-from ctxledger.adapters.catalog_store import CatalogStore, connect_catalog
+from ctxledger.adapters.catalog_store import (
+    META_TABLE,
+    CatalogStore,
+    connect_catalog,
+    put_catalog_meta,
+)
+from ctxledger.adapters.memory_guard import GUARD_SQL, GUARD_TRIGGERS, guard_sql
 from ctxledger.adapters.memory_intake import MemoryIntake, MemoryIntakePort
 from ctxledger.adapters.memory_schema import (
     SCHEMA_VERSION,
@@ -59,68 +65,9 @@ from ctxledger.domain.recall import RECALL_LIMIT
 
 __all__ = ["GUARD_TRIGGERS", "SCHEMA_VERSION", "MemoryCatalog", "guard_sql"]
 
-_META_TABLE: Final = "catalog_meta"
+_META_TABLE: Final = META_TABLE
 _KEY_NAME: Final = "partition_key"
-
-# --- guard triggers ----------------------------------------------------------------------------
-
-GUARD_TRIGGERS: Final = ("memory_guard_insert", "memory_guard_update", "memory_guard_delete")
-
-_STATES_SQL: Final = ", ".join(f"'{s}'" for s in MEMORY_STATES)
-
-_SHAPE_CHECKS: Final = f"""
-  SELECT RAISE(ABORT, 'memory guard: payload is not JSON text')
-   WHERE typeof(NEW.payload) IS NOT 'text' OR json_valid(NEW.payload) IS NOT 1;
-  SELECT RAISE(ABORT, 'memory guard: payload is not schema version 2')
-   WHERE json_type(NEW.payload, '$.schemaVersion') IS NOT 'integer'
-      OR json_extract(NEW.payload, '$.schemaVersion') IS NOT 2;
-  SELECT RAISE(ABORT, 'memory guard: partition is not an opaque ws_ id')
-   WHERE json_type(NEW.payload, '$.partition') IS NOT 'text'
-      OR length(json_extract(NEW.payload, '$.partition')) IS NOT 35
-      OR json_extract(NEW.payload, '$.partition') NOT GLOB 'ws_*'
-      OR substr(json_extract(NEW.payload, '$.partition'), 4) GLOB '*[^0-9a-f]*';
-  SELECT RAISE(ABORT, 'memory guard: state is not one of {", ".join(MEMORY_STATES)}')
-   WHERE json_type(NEW.payload, '$.state') IS NOT 'text'
-      OR json_extract(NEW.payload, '$.state') NOT IN ({_STATES_SQL});
-  SELECT RAISE(ABORT, 'memory guard: id is not a mem_ id or differs from the payload id')
-   WHERE typeof(NEW.id) IS NOT 'text'
-      OR NEW.id IS NOT json_extract(NEW.payload, '$.id')
-      OR length(NEW.id) NOT BETWEEN 12 AND 68
-      OR NEW.id NOT GLOB 'mem_*'
-      OR substr(NEW.id, 5) GLOB '*[^0-9a-f]*';
-  SELECT RAISE(ABORT, 'memory guard: revision is not a positive integer')
-   WHERE json_type(NEW.payload, '$.revision') IS NOT 'integer'
-      OR json_extract(NEW.payload, '$.revision') < 1;"""
-
-_GUARD_SQL: Final = (
-    f"""CREATE TRIGGER memory_guard_insert BEFORE INSERT ON memory
-BEGIN{_SHAPE_CHECKS}
-  SELECT RAISE(ABORT, 'memory guard: id exists; entries change only through the catalog')
-   WHERE EXISTS (SELECT 1 FROM memory WHERE id = NEW.id);
-END""",
-    f"""CREATE TRIGGER memory_guard_update BEFORE UPDATE ON memory
-BEGIN{_SHAPE_CHECKS}
-  SELECT RAISE(ABORT, 'memory guard: deleted entries are final')
-   WHERE json_extract(OLD.payload, '$.state') IS 'deleted';
-  SELECT RAISE(ABORT, 'memory guard: id and partition are immutable')
-   WHERE NEW.id IS NOT OLD.id
-      OR json_extract(NEW.payload, '$.partition') IS NOT json_extract(OLD.payload, '$.partition');
-  SELECT RAISE(ABORT, 'memory guard: revision must grow by exactly one')
-   WHERE json_extract(NEW.payload, '$.revision')
-         IS NOT json_extract(OLD.payload, '$.revision') + 1;
-END""",
-    """CREATE TRIGGER memory_guard_delete BEFORE DELETE ON memory
-WHEN json_extract(OLD.payload, '$.state') IS NOT 'deleted'
-BEGIN
-  SELECT RAISE(ABORT, 'memory guard: only erased (deleted) entries may be removed');
-END""",
-)
-
-
-def guard_sql() -> tuple[str, ...]:
-    """The CREATE TRIGGER statements of the guard (for docs and audits)."""
-    return _GUARD_SQL
-
+_ERASE_PENDING: Final = "erase_pending"
 
 _TABLE_SQL: Final = (
     "CREATE TABLE IF NOT EXISTS memory (\n"
@@ -206,7 +153,8 @@ class MemoryCatalog:
                 checkpoint_timeout_ms=checkpoint_timeout_ms,
             )
             catalog._install()
-            catalog.last_erasure = catalog.erase()
+            if catalog.erase_pending:  # a deletion whose erasure did not finish
+                catalog.last_erasure = catalog.erase()
         except BaseException:
             conn.close()
             raise
@@ -356,6 +304,7 @@ class MemoryCatalog:
     def delete(self, memory_id: str, expected_revision: int) -> ErasureReport:
         """Erase the entry's body, task and evidence (a ``deleted`` tombstone keeps id,
         partition, source, agent and observation time) and apply the erasure policy."""
+        put_catalog_meta(self._conn, _ERASE_PENDING, True)
         self._transition(
             memory_id,
             expected_revision,
@@ -364,31 +313,47 @@ class MemoryCatalog:
                 e, state="deleted", verified=False, body="", task="", evidence=Evidence()
             ),
         )
-        return self.erase()
+        report = self.last_erasure = self.erase()
+        return report
+
+    @property
+    def erase_pending(self) -> bool:
+        """Whether a deletion's erasure has not finished (set before a delete, cleared once
+        VACUUM and the checkpoint both completed): the next open runs it again."""
+        return CatalogStore(self._conn).get(_META_TABLE, _ERASE_PENDING) is True
 
     def erase(self) -> ErasureReport:
         """The erasure policy: VACUUM (best effort), then ``wal_checkpoint(TRUNCATE)``.
 
         ``checkpoint_blocked`` is true when a reader kept the checkpoint from completing (the
-        WAL may then still hold old page images); ``wal_bytes_after`` is the WAL file's size."""
+        WAL may then still hold old page images); ``wal_bytes_after`` is the WAL file's size.
+        A complete erasure clears :attr:`erase_pending` (and checkpoints that small write)."""
         try:
             self._conn.execute("VACUUM")
             vacuumed = True
         except sqlite3.OperationalError:
             vacuumed = False
-        self._conn.execute(f"PRAGMA busy_timeout = {int(self._checkpoint_timeout_ms)}")
-        try:
-            row = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-            blocked = row is None or int(row[0]) != 0
-        except sqlite3.OperationalError:
-            blocked = True
-        finally:
-            self._conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        blocked = self._checkpoint()
+        if vacuumed and not blocked and self.erase_pending:
+            put_catalog_meta(self._conn, _ERASE_PENDING, False)
+            blocked = self._checkpoint()
         wal = Path(f"{self._path}-wal")
         wal_bytes = wal.stat().st_size if wal.exists() else 0
         return ErasureReport(
             vacuumed=vacuumed, checkpoint_blocked=blocked, wal_bytes_after=wal_bytes
         )
+
+    def _checkpoint(self) -> bool:
+        """``wal_checkpoint(TRUNCATE)`` waiting at most the checkpoint timeout; True when a
+        reader blocked it."""
+        self._conn.execute(f"PRAGMA busy_timeout = {int(self._checkpoint_timeout_ms)}")
+        try:
+            row = self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            return row is None or int(row[0]) != 0
+        except sqlite3.OperationalError:
+            return True
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -518,6 +483,7 @@ class MemoryCatalog:
                     raise LegacyImportError("the catalog's memory table has an unknown layout")
                 legacy = _legacy_rows(self._conn)
                 self._conn.execute("DROP TABLE memory")
+                put_catalog_meta(self._conn, _ERASE_PENDING, True)  # the old rows' pages
             self._conn.execute(_TABLE_SQL)
             self._conn.execute(_INDEX_SQL)
             self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -535,7 +501,7 @@ class MemoryCatalog:
 
     def _reinstall_guard(self) -> None:
         self._drop_guard()
-        for sql in _GUARD_SQL:
+        for sql in GUARD_SQL:
             self._conn.execute(sql)
 
     def _import_rows(
@@ -640,7 +606,7 @@ def _stored_key(conn: sqlite3.Connection) -> bytes:
         if isinstance(again, str) and len(again) == 64:
             key = bytes.fromhex(again)
         else:
-            store.put_json(_META_TABLE, _KEY_NAME, key.hex())
+            put_catalog_meta(conn, _KEY_NAME, key.hex())
     except BaseException:
         conn.execute("ROLLBACK")
         raise

@@ -15,9 +15,13 @@ from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.memory import Evidence, FileEvidence
 from ctxledger.domain.model import AgentIdentity, Item, content_hash
 from ctxledger.domain.ports import FreshnessProbe, TokenCounter
-from ctxledger.domain.recall import RecallGroup, RecallSettings, recall
+from ctxledger.domain.recall import RecallGroup, RecallSettings, rank_for_recall, recall
+from ctxledger.domain.request import BuildRequest
 
-__all__ = ["ProjectMemory", "memory_stream"]
+__all__ = ["RECALL_POOL", "ProjectMemory", "memory_stream"]
+
+RECALL_POOL = 64
+"""How many of a partition's newest verified entries recall ranks by relevance."""
 
 
 def memory_stream(partition: str) -> str:
@@ -106,16 +110,26 @@ class ProjectMemory:
         return ev.MemoryDeleted(at=now, memory_id=memory_id, erasure=erasure)
 
     def recall_for(
-        self, agent: AgentIdentity, *, counter: TokenCounter, now: datetime
+        self,
+        agent: AgentIdentity,
+        *,
+        counter: TokenCounter,
+        now: datetime,
+        request: BuildRequest | None = None,
     ) -> tuple[RecallGroup, list[ev.MemoryMarkedStale]]:
         """The recalled group for one prompt, and staleness events for entries whose command
-        evidence is too old for every view (those are marked stale in the catalog too)."""
+        evidence is too old for every view (those are marked stale in the catalog too). The
+        newest :data:`RECALL_POOL` verified entries are ranked by relevance to *request*
+        (``rank_for_recall``); its scope can exclude project memory."""
         if not self.settings.enabled or not agent.workspace:
             return RecallGroup(), []
         partition = self.partition(agent)
-        entries = self.catalog.recall_candidates(partition, limit=16)
+        entries = rank_for_recall(
+            self.catalog.recall_candidates(partition, limit=RECALL_POOL), request
+        )
         group = recall(
             entries,
+            scope=request.scope if request is not None else None,
             role=agent.role,
             settings=self.settings,
             probe=self.probe_for(agent),

@@ -13,6 +13,8 @@ from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.memory import MemoryEntry
 from ctxledger.domain.model import Durability, Item, Layer, Source, item_id_for
 from ctxledger.domain.ports import FreshnessProbe, TokenCounter
+from ctxledger.domain.request import BuildRequest, Scope
+from ctxledger.domain.retrieval import item_terms, request_terms
 
 __all__ = [
     "COMMAND_MAX_AGE",
@@ -22,6 +24,8 @@ __all__ = [
     "RECALL_MAX_BYTES",
     "RECALL_MAX_TOKENS",
     "RECALL_ROLES",
+    "SCOPED_RECALL_ROLES",
+    "rank_for_recall",
     "Freshness",
     "FreshnessVerdict",
     "RecallGroup",
@@ -83,9 +87,39 @@ class RecallGroup(msgspec.Struct, frozen=True, kw_only=True):
     bytes: int = 0
 
 
-def recall_allowed(role: str, settings: RecallSettings) -> bool:
-    """True when recall is on and *role* is one that receives project memory."""
-    return settings.enabled and role.strip().lower() in RECALL_ROLES
+SCOPED_RECALL_ROLES: Final = frozenset({"architect", "test"})
+"""Roles that follow their scope (seed 000): they receive project memory as the recall roles
+do, and like every role not when their scope excludes it (``Scope.exclude_project_memory``)."""
+
+
+def recall_allowed(role: str, settings: RecallSettings, scope: Scope | None = None) -> bool:
+    """True when recall is on, *role* is one that receives project memory (the recall roles,
+    and architect and test by their scope) and *scope* does not exclude project memory."""
+    if not settings.enabled or (scope is not None and scope.exclude_project_memory):
+        return False
+    return role.strip().lower() in RECALL_ROLES | SCOPED_RECALL_ROLES
+
+
+def rank_for_recall(
+    entries: Iterable[MemoryEntry], request: BuildRequest | None
+) -> list[MemoryEntry]:
+    """*entries* most relevant to the *request* first. Relevance: 3 per evidence path the
+    request names, 1 per evidence basename it names, 1 per word shared with its task,
+    keywords, failures and symbols. Ties (and every entry when there is no request): newest
+    observation first, then by id."""
+    listed = list(entries)
+    if request is None:
+        return sorted(listed, key=lambda e: (-e.observed_at.timestamp(), e.id))
+    terms = request_terms(request)
+    words = terms.words | terms.failure_words | terms.symbol_words
+
+    def score(entry: MemoryEntry) -> int:
+        paths = {f.path.replace("\\", "/").lstrip("./") for f in entry.evidence.files}
+        names = {p.rsplit("/", 1)[-1] for p in paths}
+        hits = 3 * len(paths & terms.files) + len(names & terms.file_names)
+        return hits + len(words & item_terms(entry.body).words)
+
+    return sorted(listed, key=lambda e: (-score(e), -e.observed_at.timestamp(), e.id))
 
 
 def check_freshness(entry: MemoryEntry, probe: FreshnessProbe, now: datetime) -> FreshnessVerdict:
@@ -160,15 +194,16 @@ def recall(
     limit: int = RECALL_LIMIT,
     max_tokens: int = RECALL_MAX_TOKENS,
     max_bytes: int = RECALL_MAX_BYTES,
+    scope: Scope | None = None,
 ) -> RecallGroup:
     """The recalled-memory group for one recipient.
 
-    Empty when recall is off or the role does not receive memory. Otherwise each entry (in the
+    Empty when recall is off, the role does not receive memory or *scope* excludes it. Otherwise each entry (in the
     given order) must be verified and current in the recipient's view; at most *limit* are
     rendered, and an entry whose block would push the group over *max_tokens* or *max_bytes*
     is skipped whole (later, smaller entries are still tried)."""
     _require_aware(now)
-    if not recall_allowed(role, settings):
+    if not recall_allowed(role, settings, scope):
         return RecallGroup()
     items: list[Item] = []
     ids: list[str] = []
