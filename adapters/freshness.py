@@ -22,7 +22,8 @@ class GitWorktreeProbe:
 
     ``file_hash`` is the SHA-256 of a regular file under ``root`` (paths must be relative, stay
     under the root after resolving symlinks, and name a file of at most 64 MiB);
-    ``is_ancestor`` runs ``git merge-base --is-ancestor <commit> HEAD`` in the root."""
+    ``is_ancestor`` runs ``git merge-base --is-ancestor <commit> HEAD`` in the root;
+    ``head_commit`` is ``git rev-parse HEAD`` (what a promotion records as its commit)."""
 
     def __init__(
         self, root: str | os.PathLike[str], *, git: str = "git", timeout: float = 10.0
@@ -51,18 +52,31 @@ class GitWorktreeProbe:
             return None
         return digest.hexdigest()
 
-    def is_ancestor(self, commit: str) -> bool | None:
-        if _COMMIT.fullmatch(commit) is None:
-            return None
+    def _git_run(self, *args: str) -> subprocess.CompletedProcess[bytes] | None:
         try:
-            done = subprocess.run(
-                [self._git, "-C", str(self.root), "merge-base", "--is-ancestor", commit, "HEAD"],
+            return subprocess.run(
+                [self._git, "-C", str(self.root), *args],
                 capture_output=True,
                 timeout=self._timeout,
                 check=False,
                 env={**os.environ, "GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"},
             )
         except (OSError, subprocess.TimeoutExpired):
+            return None
+
+    def head_commit(self) -> str | None:
+        """``git rev-parse HEAD`` in the root (None outside a repository or without commits)."""
+        done = self._git_run("rev-parse", "--verify", "HEAD")
+        if done is None or done.returncode != 0:
+            return None
+        head = done.stdout.decode("ascii", "replace").strip()
+        return head if _COMMIT.fullmatch(head) else None
+
+    def is_ancestor(self, commit: str) -> bool | None:
+        if _COMMIT.fullmatch(commit) is None:
+            return None
+        done = self._git_run("merge-base", "--is-ancestor", commit, "HEAD")
+        if done is None:
             return None
         if done.returncode == 0:
             return True

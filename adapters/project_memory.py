@@ -12,7 +12,7 @@ from ctxledger.adapters.freshness import GitWorktreeProbe
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
-from ctxledger.domain.memory import Evidence, FileEvidence
+from ctxledger.domain.memory import CommandEvidence, Evidence, FileEvidence
 from ctxledger.domain.model import AgentIdentity, Item, content_hash
 from ctxledger.domain.ports import FreshnessProbe, TokenCounter
 from ctxledger.domain.recall import RecallGroup, RecallSettings, rank_for_recall, recall
@@ -56,7 +56,10 @@ class ProjectMemory:
 
     def promote(self, agent: AgentIdentity, item: Item, *, now: datetime) -> ev.MemoryPromoted:
         """Store the item as an unverified candidate (intake checks it; the id is derived from
-        partition and body) and return the event for it (its stream: ``memory_stream``)."""
+        partition and body) and return the event for it (its stream: ``memory_stream``). The
+        evidence is what the item carries: its files with their hashes now, the command that
+        produced it (``tool_signature``, exit code 1 for a failure, run when it was observed:
+        the 30-day staleness rule applies to it) and the worktree's HEAD commit."""
         partition = self.partition(agent)
         memory_id = "mem_" + content_hash(f"{partition}\x1f{item.content}")[:24]
         probe = self.probe_for(agent)
@@ -65,14 +68,26 @@ class ProjectMemory:
             digest = probe.file_hash(path)
             if digest is not None:
                 files.append(FileEvidence(path=path, sha256=digest))
+        observed = item.observed_at or now
+        commands = (
+            (
+                CommandEvidence(
+                    cmd=item.tool_signature, exit_code=int(item.failure), ran_at=observed
+                ),
+            )
+            if item.tool_signature
+            else ()
+        )
         entry = self.catalog.add_candidate(
             partition=partition,
             body=item.content,
             source=item.source.value,
             agent=agent.agent_id,
             task=item.task or agent.task,
-            observed_at=item.observed_at or now,
-            evidence=Evidence(files=tuple(files)),
+            observed_at=observed,
+            evidence=Evidence(
+                files=tuple(files), commands=commands, commit=probe.head_commit() or ""
+            ),
             memory_id=memory_id,
         )
         return ev.MemoryPromoted(

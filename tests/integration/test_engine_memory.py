@@ -137,3 +137,72 @@ def test_engine_without_catalog_refuses_promotion(tmp_path: Path) -> None:
     item = engine.record("a", "x", layer=Layer.L2, source=Source.WORKER_FINDING)
     with pytest.raises(InvalidInputError, match="no project-memory catalog"):
         engine.promote("a", item.id)
+
+
+def _git(ws: Path, *args: str) -> str:
+    import subprocess
+
+    done = subprocess.run(
+        ["git", "-C", str(ws), "-c", "user.name=t", "-c", "user.email=t@example.invalid", *args],
+        capture_output=True,
+        check=True,
+        text=True,
+    )
+    return done.stdout.strip()
+
+
+def test_promotion_captures_the_command_and_the_commit_so_old_evidence_goes_stale(
+    tmp_path: Path,
+) -> None:
+    """Seed 000's 30-day rule reaches memory promoted through the engine: the item's command
+    (``tool_signature``) is its command evidence, run when the item was observed, and the
+    worktree's HEAD is its commit; 31 days later the entry is stale for every view."""
+    ws = tmp_path / "ws"
+    (ws / "auth").mkdir(parents=True)
+    (ws / "auth" / "session.py").write_text("def refresh(): ...\n", encoding="utf-8")
+    _git(ws, "init", "-q")
+    _git(ws, "add", ".")
+    _git(ws, "commit", "-q", "-m", "start")
+    head = _git(ws, "rev-parse", "HEAD")
+    catalog = MemoryCatalog.open(tmp_path / "catalog.db")
+    memory = ProjectMemory(
+        catalog,
+        settings=RecallSettings(enabled=True),
+        probe_for=lambda a: GitWorktreeProbe(a.workspace),
+    )
+    start = datetime(2026, 3, 1, tzinfo=UTC)
+    clock = SteppingClock(start, timedelta(seconds=1))
+    engine = ContextEngine(
+        open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"),
+        clock=clock,
+        settings=EngineSettings(session_id="s"),
+        memory=memory,
+    )
+    engine.register_agent(
+        AgentIdentity(agent_id="p", role="primary", task="t", workspace=str(ws), budget=4000)
+    )
+    finding = engine.record(
+        "p",
+        "pytest auth: 3 passed once refresh used aware datetimes",
+        layer=Layer.L2,
+        source=Source.WORKER_FINDING,
+        files=("auth/session.py",),
+        tool_signature="pytest -q tests/test_auth.py",
+    )
+    memory_id = engine.promote("p", finding.id)
+    evidence = catalog.get(memory_id).evidence
+    assert evidence.commit == head
+    [command] = evidence.commands
+    assert (command.cmd, command.exit_code) == ("pytest -q tests/test_auth.py", 0)
+    assert command.ran_at == finding.observed_at
+    engine.verify_memory(memory_id, by="reviewer")
+    assert memory_id in engine.build("p").prompt.dynamic  # fresh: recalled
+    clock.set(start + timedelta(days=31))
+    assert memory_id not in engine.build("p").prompt.text
+    assert catalog.get(memory_id).state == "stale"
+    marked = [
+        r.event for r in engine.ledger.read_all() if isinstance(r.event, ev.MemoryMarkedStale)
+    ]
+    assert [e.memory_id for e in marked] == [memory_id]
+    engine.close()
+    catalog.close()

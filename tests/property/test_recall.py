@@ -49,6 +49,10 @@ class DictProbe:
     def file_hash(self, path: str) -> str | None:
         return self.files.get(path)
 
+    def head_commit(self) -> str | None:
+
+        return None
+
     def is_ancestor(self, commit: str) -> bool | None:
         return True if commit in self.commits else None
 

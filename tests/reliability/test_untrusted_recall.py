@@ -145,6 +145,10 @@ class AnyFileProbe:
     def file_hash(self, path: str) -> str | None:
         return SHA
 
+    def head_commit(self) -> str | None:
+
+        return None
+
     def is_ancestor(self, commit: str) -> bool | None:
         return True
 
