@@ -365,6 +365,19 @@ def _paging(request: Request) -> tuple[int, int]:
     return page or 1, per or views.DEFAULT_PER
 
 
+def _agent_sort(request: Request) -> tuple[str, bool]:
+    """``?sort=KEY&dir=asc|desc`` of the agents list (as the generation page's); anything else
+    is a 400."""
+    sort = request.query_params.get("sort", "agent")
+    order = request.query_params.get("dir", "asc")
+    if sort not in views.AGENT_SORT_KEYS:
+        keys = ", ".join(views.AGENT_SORT_KEYS)
+        raise FormError(400, f"sort must be one of {keys}, not {sort[:40]!r}")
+    if order not in ("asc", "desc"):
+        raise FormError(400, f"dir must be asc or desc, not {order[:40]!r}")
+    return sort, order == "desc"
+
+
 def _agent_route(scope: Any) -> tuple[str, list[str]]:
     """The agent id and the path segments after it, from the request's raw (still
     percent-encoded) path, so an id holding ``/``, ``%`` or any character round-trips:
@@ -442,8 +455,9 @@ def create_app(
         return render(request, "error.html", context, status, headers)
 
     def index(request: Request) -> Response:
+        sort, descending = _agent_sort(request)
         states, position = backend.states()
-        ctx = views.agents_page(states)
+        ctx = views.agents_page(states, sort=sort, descending=descending)
         return render(request, "index.html", {**ctx, "page": "agents", "position": position})
 
     def agent(request: Request, agent_id: str) -> Response:

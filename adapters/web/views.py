@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -199,9 +199,28 @@ def _walk(nodes: Sequence[AgentNode]) -> list[AgentNode]:
     return out
 
 
-def agents_page(states: ReadModels) -> dict[str, Any]:
+AGENT_SORT_KEYS: dict[str, Callable[[AgentRow], Any]] = {
+    "agent": lambda r: r.agent.agent_id,
+    "role": lambda r: r.agent.role,
+    "generations": lambda r: r.generations,
+    "tokens": lambda r: r.current.tokens_used,
+    "builds": lambda r: r.current.builds,
+    "refreshes": lambda r: r.metrics.refreshes,
+    "rebuilds": lambda r: r.metrics.rebuilds,
+    "hit_rate": lambda r: r.cache.hit_rate if r.cache.calls else -1.0,
+}
+"""The agents list's sort keys (``?sort=…&dir=asc|desc``): workers stay below their parent,
+each level sorted; ties by agent id."""
+
+
+def agents_page(
+    states: ReadModels, *, sort: str = "agent", descending: bool = False
+) -> dict[str, Any]:
     """Every agent with its current generation, build state and cache figures, as a tree of
-    parents and their workers."""
+    parents and their workers, each level sorted by *sort* (a key of AGENT_SORT_KEYS)."""
+    key = AGENT_SORT_KEYS.get(sort)
+    if key is None:
+        raise InvalidInputError(f"unknown sort key {sort[:40]!r}")
     gens: Generations = states.generations
     ctx: ContextStates = states.context_state
     metrics: StrategyMetrics = states.strategy_metrics
@@ -217,8 +236,15 @@ def agents_page(states: ReadModels) -> dict[str, Any]:
         )
         for agent_id, ag in sorted(gens.by_agent.items())
     ]
+    rows.sort(key=key, reverse=descending)  # stable: ties keep the id order
     tree = _tree(rows)
-    return {"agents": _walk(tree), "tree": tree, "overall": cache.overall}
+    return {
+        "agents": _walk(tree),
+        "tree": tree,
+        "overall": cache.overall,
+        "sort": sort,
+        "descending": descending,
+    }
 
 
 def agent_page(

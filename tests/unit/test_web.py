@@ -20,7 +20,7 @@ from ctxledger.adapters.web.access import access_for_bind
 from ctxledger.adapters.web.app import display_url
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError, StoreURLError
-from ctxledger.domain.model import Generation, Layer, Source
+from ctxledger.domain.model import AgentIdentity, Generation, Layer, Source
 from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.generations import Generations
 from tests.web_store import AGENT, EngineStore, build_engine_store, copy_engine_store
@@ -627,3 +627,38 @@ def test_pages_and_controls_over_postgresql(pg_url: str) -> None:
     with open_ledger(pg_url) as ledger:
         new = [rec.event for rec in ledger.read_all(after=start)]
     assert [type(e) for e in new] == [ev.ItemPinned]
+
+
+def test_agents_list_sorts_each_level_and_keeps_workers_below_their_parent(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'agents.db'}"
+    engine = ContextEngine(open_ledger(url))
+    # roots with 1, 3 and 2 generations; two workers of "b-lead" with 2 and 1
+    plan = {"a-lead": ("", 1), "b-lead": ("", 3), "c-lead": ("", 2), "w1": ("b-lead", 2),
+            "w2": ("b-lead", 1)}  # fmt: skip
+    for agent_id, (parent, gens) in plan.items():
+        engine.register_agent(
+            AgentIdentity(agent_id=agent_id, role="worker", parent=parent, budget=500)
+        )
+        engine.record(agent_id, f"note for {agent_id}")
+        engine.build(agent_id)
+        for _ in range(gens - 1):
+            engine.refresh(agent_id, reason="test")
+    engine.close()
+    with TestClient(create_app(url, token=TOKEN), follow_redirects=False) as c:
+
+        def order(query: str) -> list[str]:
+            html = c.get("/" + query).text
+            table = html[html.index('data-testid="agents"') :]
+            return re.findall(r'<tr data-agent-id="([^"]+)"', table)
+
+        assert order("") == ["a-lead", "b-lead", "w1", "w2", "c-lead"]
+        assert order("?sort=agent&dir=desc") == ["c-lead", "b-lead", "w2", "w1", "a-lead"]
+        assert order("?sort=generations&dir=desc") == ["b-lead", "w1", "w2", "c-lead", "a-lead"]
+        assert order("?sort=generations") == ["a-lead", "c-lead", "b-lead", "w2", "w1"]
+        page = c.get("/?sort=generations&dir=desc").text
+        assert 'data-sort="generations" class="sorted" aria-sort="descending"' in page
+        for bad in ("?sort=password", "?dir=up", "?sort=%C2%B2"):
+            response = c.get("/" + bad)
+            assert response.status_code == 400, bad
