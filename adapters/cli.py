@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ctxledger.adapters import (
@@ -21,6 +20,7 @@ from ctxledger.adapters import (
 )
 from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
+from ctxledger.adapters.cli_tables import cli_console, show
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.logs import LogLevel, configure_logging
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
@@ -34,7 +34,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="ctxledger: the event-sourced context engine for LLM coding agents.",
 )
-console = Console()
+console = cli_console()
 
 DAMAGE_HINT = " (`ctxledger doctor` lists every damaged row; --quarantine sets them aside)"
 """Appended to the line of a stored row that does not decode."""
@@ -109,7 +109,7 @@ def replay(
             table.add_column("equal")
             for name, v in result["projections"].items():
                 table.add_row(name, "yes" if v["equal"] else "NO")
-            console.print(table)
+            show(console, table)
         if runner.ahead:
             raise CommandError(
                 f"persisted read models claim {runner.ahead} events past the end of the log "

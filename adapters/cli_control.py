@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any, assert_never
 
 import msgspec
 import typer
-from rich.console import Console
 
+from ctxledger.adapters.cli_tables import cli_console
 from ctxledger.domain.errors import InvalidInputError
 
 if TYPE_CHECKING:  # the engine loads when a command runs, not for `ctxledger --help`
@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the engine loads when a command runs, not for `ctxledger --
 
 __all__ = ["configure", "control"]
 
-console = Console()
+console = cli_console()
 
 
 class Action(enum.StrEnum):

@@ -7,17 +7,17 @@ import sys
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
+from ctxledger.adapters.cli_tables import cli_console, show
 from ctxledger.adapters.doctor import DoctorReport, examine, quarantine
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, open_ledger
 from ctxledger.domain.errors import CtxLedgerError
 
 __all__ = ["DamageFoundError", "doctor"]
 
-console = Console()
+console = cli_console()
 
 QuarantineOpt = Annotated[
     bool,
@@ -85,7 +85,7 @@ def _print_table(report: DoctorReport, moved: int, quarantined: int) -> None:
         t.add_column(col, overflow="fold")
     for d in report.damaged:
         t.add_row(str(d.position), d.stream_id, str(d.version), d.kind, d.reason)
-    console.print(t)
+    show(console, t)
     if moved:
         console.print(
             f"quarantined {moved} rows into {QUARANTINE_TABLE}; "

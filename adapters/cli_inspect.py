@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
+from ctxledger.adapters.cli_tables import cli_console, show
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.domain.chain import ChainCheck
@@ -29,7 +30,7 @@ if TYPE_CHECKING:  # re-deriving (and its tokenizer) loads with `audit --rederiv
 
 __all__ = ["AuditFailedError", "audit", "diff", "generations", "inspect", "read_states"]
 
-console = Console()
+console = cli_console()
 
 AgentOpt = Annotated[str, typer.Option("--agent", help="Agent id.")]
 
@@ -60,7 +61,8 @@ def _default_agent(states: ReadModels, agent: str) -> str:
 
 def _items_table(title: str, rows: tuple[ItemView, ...], *, excluded: bool = False) -> Table:
     t = Table(title=title, title_justify="left")
-    for col in ("id", "layer", "source", "tokens", "fate", "flags", "files", "preview"):
+    t.add_column("id", no_wrap=True)  # whole, so it can be copied into `control`
+    for col in ("layer", "source", "tokens", "fate", "flags", "files", "preview"):
         t.add_column(col, overflow="fold")
     for v in rows:
         flags = " ".join(
@@ -76,7 +78,7 @@ def _items_table(title: str, rows: tuple[ItemView, ...], *, excluded: bool = Fal
         if v.method:
             fate += f" [{v.method} {v.tokens_before}→{v.tokens}]"
         t.add_row(
-            v.id[:14],
+            v.id,
             v.layer,
             v.source,
             str(v.tokens if not excluded else v.tokens_before),
@@ -120,9 +122,9 @@ def _print_view(view: ContextView) -> None:
         lk, lv = layers[i] if i < len(layers) else ("", "")
         sk, sv = sources[i] if i < len(sources) else ("", "")
         comp.add_row(lk, str(lv), sk, str(sv))
-    console.print(comp)
-    console.print(_items_table(f"included ({len(view.included)})", view.included))
-    console.print(_items_table(f"excluded ({len(view.excluded)})", view.excluded, excluded=True))
+    show(console, comp)
+    show(console, _items_table(f"included ({len(view.included)})", view.included))
+    show(console, _items_table(f"excluded ({len(view.excluded)})", view.excluded, excluded=True))
     if view.gc:
         console.print(
             "GC indicators (none refreshes by itself): "
@@ -137,8 +139,8 @@ def _print_view(view: ContextView) -> None:
         for col in ("at", "control", "target", "detail"):
             ctl.add_column(col, overflow="fold")
         for c in view.controls[-15:]:
-            ctl.add_row(c.at.isoformat(timespec="seconds"), c.kind, c.target[:14], c.detail)
-        console.print(ctl)
+            ctl.add_row(c.at.isoformat(timespec="seconds"), c.kind, c.target, c.detail)
+        show(console, ctl)
 
 
 def inspect(
@@ -209,7 +211,7 @@ def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> N
             str(r["included"]),
             str(r["dropped"]),
         )
-    console.print(t)
+    show(console, t)
 
 
 def diff(
@@ -238,7 +240,7 @@ def diff(
         ("compressed", d.compressed),
         ("clipped", d.clipped),
     ):
-        console.print(_items_table(f"{title} ({len(rows)})", rows, excluded=title == "left"))
+        show(console, _items_table(f"{title} ({len(rows)})", rows, excluded=title == "left"))
 
 
 RederiveOpt = Annotated[
@@ -397,7 +399,7 @@ def _print_chains(chains: ChainCheck, *, show_heads: bool, explained: int = 0) -
             t.add_column(col, overflow="fold")
         for sid, (version, head) in chains.heads.items():
             t.add_row(sid, str(version), head)
-        console.print(t)
+        show(console, t)
 
 
 def _rederive(ledger: Ledger, total: int, *, quiet: bool) -> RederiveReport:
@@ -424,7 +426,7 @@ def _print_audit(events: int, violations: list[Violation], report: RederiveRepor
             t.add_column(col, overflow="fold")
         for v in violations:
             t.add_row(str(v.position), v.rule, v.agent_id, v.detail)
-        console.print(t)
+        show(console, t)
     if report is None:
         return
     console.print(
@@ -439,4 +441,4 @@ def _print_audit(events: int, violations: list[Violation], report: RederiveRepor
             t.add_column(col, overflow="fold")
         for m in report.mismatch_details:
             t.add_row(str(m.position), m.agent_id, str(m.generation), m.first_difference)
-        console.print(t)
+        show(console, t)

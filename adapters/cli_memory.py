@@ -11,10 +11,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ctxledger.adapters.cli_options import JsonOpt
+from ctxledger.adapters.cli_tables import cli_console
+from ctxledger.adapters.cli_tables import show as show_table
 from ctxledger.adapters.store_files import check_catalog_file
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.memory import MEMORY_STATES
@@ -27,7 +28,7 @@ if TYPE_CHECKING:  # the catalog (pydantic schemas, detect-secrets) loads when a
 __all__ = ["memory_app"]
 
 memory_app = typer.Typer(no_args_is_help=True, help="Project memory catalog (guarded, erasable).")
-console = Console()
+console = cli_console()
 
 CatalogOpt = Annotated[
     Path,
@@ -114,7 +115,7 @@ def list_entries(
             e.observed_at.date().isoformat(),
             ", ".join(f.path for f in e.evidence.files[:3]),
         )
-    console.print(t)
+    show_table(console, t)
 
 
 @memory_app.command()

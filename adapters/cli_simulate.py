@@ -14,6 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ctxledger.adapters.cli_options import JsonOpt
+from ctxledger.adapters.cli_tables import show
 from ctxledger.domain.errors import CtxLedgerError
 
 if TYPE_CHECKING:  # the engine and importers load when a command runs
@@ -92,7 +93,7 @@ def simulate(
     table.add_column("value", justify="right")
     for key, value in _human_rows(report):
         table.add_row(key, value)
-    console.print(table)
+    show(console, table)
     console.print(f"store: {report.store}", soft_wrap=True)
     console.print(f"next: ctxledger replay --store {report.store} --verify", soft_wrap=True)
 
@@ -174,7 +175,7 @@ def compare(
         )
         return
     console = Console(width=max(Console().width, _WIDE))
-    console.print(compare_table(reports, failed))
+    show(console, compare_table(reports, failed))
     console.print(COMPARE_LEGEND, soft_wrap=True)
     console.print(f"store: {first.store}", soft_wrap=True)
 

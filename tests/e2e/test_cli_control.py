@@ -120,3 +120,26 @@ def test_a_new_process_builds_with_the_recorded_settings(tmp_path: Path, strateg
     report = json.loads(audit.stdout)
     assert report["builds"] == report["rederived"] > 0
     assert (report["mismatches"], report["not_rederivable"]) == (0, 0)
+
+
+def test_an_id_copied_from_a_piped_table_is_accepted_by_control(tmp_path: Path) -> None:
+    """Piped, tables are plain tab-separated columns with whole ids and whole lines (no box
+    drawing, no wrapping at COLUMNS): the first column of a row is an id `control` takes."""
+    assert run("demo", cwd=tmp_path).returncode == 0
+    store = "sqlite:///.ctxledger/demo.db"
+    out = run("inspect", "--store", store, "--agent", "primary-1", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert not any(ch in out.stdout for ch in "┃│┏└")
+    start = lines.index(next(line for line in lines if line.startswith("# included")))
+    assert lines[start + 1].split("\t")[:5] == ["id", "layer", "source", "tokens", "fate"]
+    rows = [line.split("\t") for line in lines[start + 2 :] if line and not line.startswith("#")]
+    view = json.loads(
+        run("inspect", "--store", store, "--agent", "primary-1", "--json", cwd=tmp_path).stdout
+    )
+    included = {v["id"] for v in view["included"]}
+    ids = [r[0] for r in rows[: len(included)]]
+    assert set(ids) == included  # whole ids, one row per item
+    target = next(v["id"] for v in view["included"] if not v["pinned"])
+    pinned = run("control", "pin", target, "--store", store, "--agent", "primary-1", cwd=tmp_path)
+    assert pinned.returncode == 0, pinned.stderr
