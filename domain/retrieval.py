@@ -218,60 +218,85 @@ def _static(item: Item) -> _Static:
     return st
 
 
+_Partial = tuple[Item, float, float | None, float | None, float | None]
+"""``(item, base + overlap + task, observation time, role part, phase part)``."""
+
+_partials: dict[tuple[object, ...], dict[int, _Partial]] = memo_table()
+_PARTIAL_KEYS = 8
+
+
+def _partial(
+    it: Item, st: _Static, *, rt: RequestTerms, task: str, role: dict[Source, float], phase: str
+) -> _Partial:
+    """The part of *it*'s score that does not depend on the request's time, added in the
+    order ``_scores`` adds it (floating point sums are not associative)."""
+    words = st.words
+    overlap = 0.0
+    rwords = rt.words
+    if rwords and not rwords.isdisjoint(words):
+        overlap = float(len(rwords.intersection(words)))
+    if rt.files:
+        if not rt.files.isdisjoint(st.files):
+            overlap += 3.0 * len(rt.files.intersection(st.files))
+        if not rt.file_names.isdisjoint(st.paths):
+            overlap += len(rt.file_names.intersection(st.paths))
+    if rt.symbols:
+        if st.symbols:
+            overlap += 2.0 * len(rt.symbols.intersection(st.symbols))
+        if not rt.symbol_words.isdisjoint(words):
+            overlap += len(rt.symbol_words.intersection(words))
+    fwords = rt.failure_words
+    if fwords and not fwords.isdisjoint(words):
+        overlap += len(fwords.intersection(words)) * st.failure_weight
+    score = st.base
+    if overlap:
+        score += W_OVERLAP * overlap / (overlap + 4.0)
+    if task and st.task == task:
+        score += W_TASK
+    role_part = role.get(st.source, 0.0) if role else None
+    phase_part = None
+    if phase and st.phase:
+        phase_part = PHASE_SAME if st.phase == phase else PHASE_OTHER
+    return (it, score, st.ts, role_part, phase_part)
+
+
 def _scores(request: BuildRequest, pool: Sequence[Item]) -> list[float]:
+    """Every item's score. The request-independent facts are memoised per item object
+    (``_static``) and the part that depends on the request's terms, task, role and phase but
+    not on its time per (those terms, item object) (``_partial``): a build over the same pool
+    with the same query computes only recency. Equal to computing every part afresh
+    (tests/property/test_retrieval_memo.py)."""
     rt = request_terms(request)
-    now_ts = _timestamp(request.now)
     task = request.task
     phase = request.phase
     role = ROLE_WEIGHTS.get(request.role.lower()) or {}
-    rwords = rt.words
-    fwords = rt.failure_words
-    rfiles = rt.files
-    rnames = rt.file_names
-    rsyms = rt.symbols
-    rsymw = rt.symbol_words
-    statics = _statics
-    w_overlap, w_task, w_recency = W_OVERLAP, W_TASK, W_RECENCY
+    key = (rt, task, request.role.lower(), phase)
+    table = _partials.get(key)
+    if table is None:
+        table = remember(_partials, key, {}, _PARTIAL_KEYS)
+    now_ts = _timestamp(request.now)
+    w_recency = W_RECENCY
     per_second = 1.0 / (3600.0 * RECENCY_HALF_LIFE_HOURS)
-    same_phase, other_phase = PHASE_SAME, PHASE_OTHER
+    statics = _statics
     out: list[float] = []
     append = out.append
     for it in pool:
-        st = statics.get(id(it))
-        if st is None or st.item is not it:
-            st = _static(it)
-        words = st.words
-        overlap = 0.0
-        if rwords and not rwords.isdisjoint(words):
-            overlap = float(len(rwords.intersection(words)))
-        if rfiles:
-            if not rfiles.isdisjoint(st.files):
-                overlap += 3.0 * len(rfiles.intersection(st.files))
-            if not rnames.isdisjoint(st.paths):
-                overlap += len(rnames.intersection(st.paths))
-        if rsyms:
-            if st.symbols:
-                overlap += 2.0 * len(rsyms.intersection(st.symbols))
-            if not rsymw.isdisjoint(words):
-                overlap += len(rsymw.intersection(words))
-        if fwords and not fwords.isdisjoint(words):
-            hits = len(fwords.intersection(words))
-            overlap += hits * st.failure_weight
-        score = st.base
-        if overlap:
-            score += w_overlap * overlap / (overlap + 4.0)
-        if task and st.task == task:
-            score += w_task
-        ts = st.ts
+        entry = table.get(id(it))
+        if entry is None or entry[0] is not it:
+            st = statics.get(id(it))
+            if st is None or st.item is not it:
+                st = _static(it)
+            entry = _partial(it, st, rt=rt, task=task, role=role, phase=phase)
+            # The entry holds the item, so its id cannot be reused while it is cached.
+            remember(table, id(it), entry, _MEMO_MAX)
+        _, score, ts, role_part, phase_part = entry
         if ts is not None:
             age = now_ts - ts
             score += w_recency / (1.0 + age * per_second) if age > 0 else w_recency
-        if role:
-            score += role.get(st.source, 0.0)
-        if phase:
-            p = st.phase
-            if p:
-                score += same_phase if p == phase else other_phase
+        if role_part is not None:
+            score += role_part
+        if phase_part is not None:
+            score += phase_part
         append(score)
     return out
 
