@@ -654,6 +654,18 @@ def pack(
             forced_units.append(u)
             continue
         reason: str | None = None
+        if type(u) is Candidate:  # one member: no generator per unit (most units)
+            if excluded is not None and excluded(u.item):
+                reason = EXCLUDED_BY_SCOPE
+            elif not raw_history and u.item.layer is _L4:
+                reason = RAW_HISTORY
+            elif omit is not None:
+                reason = omit(u)
+            if reason:
+                acc.drop(u, reason)
+            else:
+                live.append(u)
+            continue
         unit_members = u.members
         if excluded is not None and any(excluded(m.item) for m in unit_members):
             reason = EXCLUDED_BY_SCOPE
@@ -682,7 +694,11 @@ def pack(
     contents = acc.contents
     attempts = 0
     stopped = False
-    for u in _ordered(live, chronological, presorted):
+    ordered = _ordered(live, chronological, presorted)
+    for at, u in enumerate(ordered):
+        if stopped or acc.used >= limit:  # nothing more fits: the rest in one pass
+            _drop_tail(ordered, at, acc, dedupe=dedupe)
+            break
         if type(u) is Candidate:
             if dedupe and u.item.content in contents:
                 acc.drop(u, DUPLICATE)
@@ -739,6 +755,31 @@ def pack(
         if stop_at_first_miss:
             stopped = True
     return acc.result(limit)
+
+
+def _drop_tail(units: list[Unit], start: int, acc: Accumulator, *, dedupe: bool) -> None:
+    """``pack``'s loop for ``units[start:]`` once nothing more can be included (the budget is
+    used up, or a stop-at-first-miss strategy stopped): a candidate whose text is already in
+    the pack is a duplicate, every other member is dropped over budget."""
+    contents = acc.contents
+    decisions = acc.decisions
+    truncated = acc.truncated
+    dropped = 0
+    for u in units[start:]:
+        if type(u) is Candidate:
+            if dedupe and u.item.content in contents:
+                acc.drop(u, DUPLICATE)
+                acc.strategies.add("dedupe")
+                continue
+            members: Sequence[Candidate] = (u,)
+        else:
+            members = u.members
+        for m in members:
+            item = m.item
+            decisions[item.id] = _dropped(item.id, OVER_BUDGET, m.tokens)
+            truncated.add(item.layer._value_)
+        dropped += len(members)
+    acc.dropped += dropped
 
 
 def _compress_unit(

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ctxledger.domain import packing
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import DROP_REASONS, PackResult
 from ctxledger.domain.request import BuildRequest, Scope
@@ -332,3 +333,29 @@ def test_empty_pool_gives_an_empty_pack(name: str) -> None:
     assert res.decisions == {}
     assert res.used == 0
     assert res.overflow == 0
+
+
+def _tail_unit_by_unit(
+    units: list[packing.Unit], start: int, acc: packing.Accumulator, *, dedupe: bool
+) -> None:
+    """The pack loop's own per-unit drops for the tail (what ``_drop_tail`` does in one pass)."""
+    for u in units[start:]:
+        if type(u) is packing.Candidate and dedupe and u.item.content in acc.contents:
+            acc.drop(u, packing.DUPLICATE)
+            acc.strategies.add("dedupe")
+        else:
+            acc.drop_unit(u, packing.OVER_BUDGET)
+
+
+@given(pools_and_requests, st.integers(min_value=1, max_value=120))
+def test_the_over_budget_tail_in_one_pass_equals_dropping_unit_by_unit(
+    case: tuple[list[Item], BuildRequest, str], budget: int
+) -> None:
+    pool, request, name = case
+    # small budgets too, so the budget runs out with candidates (and duplicates) still left
+    request = msgspec.structs.replace(request, budget=min(request.budget, budget))
+    fast = run(request, pool, name)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(packing, "_drop_tail", _tail_unit_by_unit)
+        slow = run(request, pool, name)
+    assert msgspec.json.encode(fast) == msgspec.json.encode(slow)
