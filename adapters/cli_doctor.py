@@ -33,6 +33,10 @@ class DamageFoundError(CtxLedgerError):
     """The doctor found damaged rows (listed above the error line)."""
 
 
+class LossFoundError(CtxLedgerError):
+    """The log ends before the position its store recorded holding."""
+
+
 def doctor(store: StoreOpt, move: QuarantineOpt = False, as_json: JsonOpt = False) -> None:
     """List every stored row that does not decode (position, stream, version, kind, reason)
     in one pass; exit 1 if there is any. With --quarantine, move them aside."""
@@ -44,6 +48,8 @@ def doctor(store: StoreOpt, move: QuarantineOpt = False, as_json: JsonOpt = Fals
         _print_json(report, moved, quarantined)
     else:
         _print_table(report, moved, quarantined)
+    if report.loss:
+        raise LossFoundError(report.loss)
     if report.damaged and not moved:
         first = report.damaged[0]
         raise DamageFoundError(
@@ -66,7 +72,8 @@ def _print_json(report: DoctorReport, moved: int, quarantined: int) -> None:
             }
             for d in report.damaged
         ],
-        "clean": not report.damaged,
+        "clean": not report.damaged and not report.loss,
+        "loss": report.loss,
         "quarantined_now": moved,
         "quarantined": quarantined,
     }

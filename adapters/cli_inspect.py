@@ -15,6 +15,7 @@ from rich.table import Table
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
 from ctxledger.adapters.cli_tables import cli_console, show
+from ctxledger.adapters.doctor import loss_of
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.domain.chain import ChainCheck
@@ -329,10 +330,14 @@ def audit(
         records = [(r.position, r.event) for r in ledger.read_all()]
         chains = ChainCheck().feed(ledger.stored_rows())
         quarantined = ledger.quarantined()
+        lost = loss_of(ledger)
         report = _rederive(ledger, len(records), quiet=as_json) if rederive_builds else None
     held, explained = _quarantine_violations(chains, quarantined)
     tampered = _tamper_violations(chains, explained)
-    violations = sorted([*audit_records(records), *tampered, *held], key=lambda v: v.position)
+    loss = [Violation(position=lost[0] + 1, rule="loss", detail=lost[1])] if lost else []
+    violations = sorted(
+        [*audit_records(records), *tampered, *held, *loss], key=lambda v: v.position
+    )
     chain_summary: dict[str, Any] = {
         "chains": len(chains.streams),
         "tampered": [msgspec.structs.asdict(v) for v in tampered],

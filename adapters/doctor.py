@@ -53,11 +53,31 @@ class Damaged:
 
 @dataclass(frozen=True, slots=True)
 class DoctorReport:
-    """What one pass found: rows checked, the damaged ones, the rows already in quarantine."""
+    """What one pass found: rows checked, the damaged ones, the rows already in quarantine,
+    and the loss (events the store recorded holding that its log no longer has; "" none)."""
 
     rows: int
     damaged: tuple[Damaged, ...]
     quarantined: int
+    loss: str = ""
+
+
+def loss_of(ledger: Ledger) -> tuple[int, str] | None:
+    """``(log end, one line)`` when the log ends before the furthest position the store
+    recorded holding (its persisted read models, its head file): a deleted WAL, a truncated
+    or replaced file, rows deleted at its end. None when nothing is missing."""
+    from ctxledger.projections.catalog import PROJECTIONS
+
+    recorded = ledger.recorded_head([p.name for p in PROJECTIONS])
+    end = ledger.max_position()
+    if recorded is None or recorded[0] <= end:
+        return None
+    position, where = recorded
+    return end, (
+        f"the log ends at position {end} but {where} recorded position {position}: "
+        f"{position - end} events lost (a deleted WAL, a truncated or replaced file, or rows "
+        "deleted at the end)"
+    )
 
 
 def damage_of(
@@ -113,7 +133,8 @@ def examine(ledger: Ledger, *, page: int = _PAGE) -> DoctorReport:
             break
         after = int(batch[-1][0])
     ledger.refresh_quarantine()
-    return DoctorReport(rows, tuple(damaged), len(ledger.quarantined()))
+    lost = loss_of(ledger)
+    return DoctorReport(rows, tuple(damaged), len(ledger.quarantined()), lost[1] if lost else "")
 
 
 def quarantine(ledger: Ledger, damaged: tuple[Damaged, ...], now: datetime | None = None) -> int:

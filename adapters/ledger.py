@@ -10,12 +10,14 @@ persisted read models with their tracked position in the same database.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -338,6 +340,23 @@ class Ledger:
 
     # --- persisted read models ----------------------------------------------------------------
 
+    def recorded_head(self, names: Sequence[str]) -> tuple[int, str] | None:
+        """The furthest position this store recorded having held — the persisted read models
+        *names* and, for SQLite, the head file beside the database (written after every save,
+        so a deleted WAL or a truncated file cannot take it along) — and where it was read;
+        None when nothing was recorded. A log that ends before it lost events."""
+        found: list[tuple[int, str]] = []
+        for name in names:
+            row = self.load_projection(name)
+            if row is not None:
+                found.append((row[0], f"the persisted read model {name!r}"))
+        head = getattr(self._backend, "head_file_position", None)
+        if head is not None:
+            recorded = head()
+            if recorded is not None:
+                found.append(recorded)
+        return max(found) if found else None
+
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
         """``(position, state bytes)`` of a persisted read model, or None."""
         row: tuple[int, bytes] | None = self._call(self._backend.load_projection, name)
@@ -599,6 +618,10 @@ class _SQLiteBackend:
                     "state=excluded.state",
                     (name, position, state),
                 )
+        write_head_file(self.path, position)
+
+    def head_file_position(self) -> tuple[int, str] | None:
+        return read_head_file(self.path)
 
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         with self.datastore.transaction(commit=False) as c:
@@ -636,6 +659,8 @@ class _SQLiteBackend:
                 moved += cursor.rowcount
             first = min(p for p, _, _ in entries)
             cursor.execute(f"DELETE FROM {PROJECTIONS_TABLE} WHERE position>=?", (first,))
+        # rows left the log on purpose: the recorded head is written again at the next save
+        head_file(self.path).unlink(missing_ok=True)
         return moved
 
     def wait_for_new(self, timeout: float) -> None:
@@ -841,6 +866,37 @@ def _redact(url: str) -> str:
     if parts.password:
         return url.replace(f":{parts.password}@", ":***@")
     return url
+
+
+def head_file(path: str | Path) -> Path:
+    """The file beside a SQLite ledger that records the position its read models were saved
+    at (``<ledger>.head``)."""
+    return Path(f"{path}.head")
+
+
+def write_head_file(path: str | Path, position: int) -> None:
+    """Record *position* in the head file (written whole, then renamed into place). The
+    recorded position never goes down: after a loss, the evidence stays until an operator
+    removes the file (``doctor --quarantine`` removes it itself, having moved rows aside)."""
+    target = head_file(path)
+    recorded = read_head_file(path)
+    if recorded is not None and recorded[0] >= position:
+        return
+    tmp = target.with_name(target.name + ".tmp")
+    at = datetime.now(UTC).isoformat(timespec="seconds")
+    tmp.write_text(json.dumps({"position": position, "at": at}) + "\n", encoding="utf-8")
+    tmp.replace(target)
+
+
+def read_head_file(path: str | Path) -> tuple[int, str] | None:
+    """``(position, where)`` from the head file, or None (none, or unreadable)."""
+    target = head_file(path)
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+        position = int(data["position"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return position, f"{target.name} (written {data.get('at', '?')})"
 
 
 def open_ledger(url: str, *, must_exist: bool = False) -> Ledger:
