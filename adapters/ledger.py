@@ -48,6 +48,7 @@ from ctxledger.domain.errors import (
     CtxLedgerError,
     DamagedStreamError,
     StoredRowError,
+    StoreKindError,
     StoreURLError,
 )
 from ctxledger.domain.events import EVENT_TYPES, Event
@@ -671,7 +672,7 @@ class _SQLiteBackend:
 
 
 class _PostgresBackend:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, must_exist: bool = False) -> None:
         from ctxledger.adapters.extras import require_extra
 
         require_extra("postgres", "a postgresql:// store")
@@ -704,6 +705,21 @@ class _PostgresBackend:
                 connect_timeout=10,
             )
             recorder = PostgresApplicationRecorder(self.datastore, events_table_name=EVENTS_TABLE)
+            if must_exist:  # a reader: never create tables, say what is missing
+                schema = query.get("schema", "")
+                table = f"{schema}.{EVENTS_TABLE}" if schema else EVENTS_TABLE
+                with self.datastore.transaction(commit=False) as c:
+                    c.execute("SELECT to_regclass(%s) IS NOT NULL AS found", (table,))
+                    row = c.fetchone()
+                if not row or not row["found"]:
+                    self.datastore.close()
+                    raise StoreKindError(
+                        f"{_redact(url)}: no ledger in this database (no {EVENTS_TABLE} table)"
+                    )
+                self.recorder: ApplicationRecorder = recorder
+                self._channel = recorder.channel_name
+                self._listener: Any = None
+                return
             with _schema_lock(self._conninfo):
                 recorder.create_table()
                 with self.datastore.transaction(commit=True) as c:
@@ -713,9 +729,9 @@ class _PostgresBackend:
                     )
         except (PersistenceError, OperationalError, psycopg.Error) as exc:
             raise LedgerUnavailableError(f"{_redact(url)}: {exc}") from exc
-        self.recorder: ApplicationRecorder = recorder
+        self.recorder = recorder
         self._channel = recorder.channel_name
-        self._listener: Any = None
+        self._listener = None
 
     def stream_locks(self) -> StreamLocks:
         import psycopg
@@ -925,7 +941,7 @@ def open_ledger(url: str, *, must_exist: bool = False) -> Ledger:
         except PersistenceError as exc:
             raise LedgerUnavailableError(f"{url}: {exc}") from exc
     if scheme in ("postgresql", "postgres"):
-        return Ledger(url, _PostgresBackend(url))
+        return Ledger(url, _PostgresBackend(url, must_exist=must_exist))
     raise StoreURLError(
         f"{_redact(url)}: unknown store URL scheme (use memory://, sqlite:///path or "
         "postgresql://user@host/db)"

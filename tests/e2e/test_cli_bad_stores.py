@@ -225,3 +225,42 @@ def test_replay_verify_on_a_lagging_store_still_finds_a_tampered_model(files: Pa
     assert result["caught_up"] == lag
     assert out.stderr.count("\n") == 1
     assert "context_state" in out.stderr
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("audit",),
+        ("inspect", "--agent", "a"),
+        ("replay", "--verify"),
+        ("doctor",),
+        ("generations", "--agent", "a"),
+    ],
+    ids=lambda c: c[0],
+)
+def test_readers_never_create_tables_in_an_empty_postgres_database(
+    pg_url: str, tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """A reader pointed at a PostgreSQL database that holds no ledger says so in one line and
+    leaves the database as it was: no table created (writers still create theirs)."""
+    import psycopg
+
+    def tables() -> list[str]:
+        with psycopg.connect(pg_url) as conn:
+            rows = conn.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema NOT IN ('pg_catalog', 'information_schema')"
+            ).fetchall()
+        return sorted(str(r[0]) for r in rows)
+
+    assert tables() == []
+    out = ctxledger(command[0], "--store", pg_url, *command[1:], cwd=tmp_path)
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, out.stderr
+    assert "no ledger in this database" in lines[0]
+    assert tables() == []
+    # a writer on the same database creates the ledger as before
+    open_engine(pg_url).close()
+    assert "ctxledger_events" in tables()
