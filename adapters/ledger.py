@@ -138,6 +138,11 @@ class _Backend(Protocol):
 
     def save_projections(self, states: dict[str, bytes], position: int) -> None: ...
 
+    def head_file_position(self) -> tuple[int, str] | None:
+        """``(position, where)`` from a record of the store's head kept outside the database
+        (SQLite's head file); None where the store keeps none."""
+        ...
+
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         """The quarantine table's rows in position order (none when it does not exist):
         ``(position, stream id, version, topic, payload, kind, reason, at)``."""
@@ -351,11 +356,9 @@ class Ledger:
             row = self.load_projection(name)
             if row is not None:
                 found.append((row[0], f"the persisted read model {name!r}"))
-        head = getattr(self._backend, "head_file_position", None)
-        if head is not None:
-            recorded = head()
-            if recorded is not None:
-                found.append(recorded)
+        recorded = self._backend.head_file_position()
+        if recorded is not None:
+            found.append(recorded)
         return max(found) if found else None
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
@@ -551,6 +554,9 @@ class _MemoryBackend:
         with self._lock:
             self._projections.update({k: (position, v) for k, v in states.items()})
 
+    def head_file_position(self) -> tuple[int, str] | None:
+        return None  # no file beside the store: the persisted read models witness alone
+
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         return []
 
@@ -716,22 +722,20 @@ class _PostgresBackend:
                     raise StoreKindError(
                         f"{_redact(url)}: no ledger in this database (no {EVENTS_TABLE} table)"
                     )
-                self.recorder: ApplicationRecorder = recorder
-                self._channel = recorder.channel_name
-                self._listener: Any = None
-                return
-            with _schema_lock(self._conninfo):
-                recorder.create_table()
-                with self.datastore.transaction(commit=True) as c:
-                    c.execute(
-                        f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
-                        "name text PRIMARY KEY, position bigint NOT NULL, state bytea NOT NULL)"
-                    )
+            else:
+                with _schema_lock(self._conninfo):
+                    recorder.create_table()
+                    with self.datastore.transaction(commit=True) as c:
+                        c.execute(
+                            f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
+                            "name text PRIMARY KEY, position bigint NOT NULL, "
+                            "state bytea NOT NULL)"
+                        )
         except (PersistenceError, OperationalError, psycopg.Error) as exc:
             raise LedgerUnavailableError(f"{_redact(url)}: {exc}") from exc
-        self.recorder = recorder
+        self.recorder: ApplicationRecorder = recorder
         self._channel = recorder.channel_name
-        self._listener = None
+        self._listener: Any = None
 
     def stream_locks(self) -> StreamLocks:
         import psycopg
@@ -789,6 +793,9 @@ class _PostgresBackend:
         from psycopg.sql import SQL, Identifier
 
         return SQL("{}.{}").format(Identifier(self.datastore.schema), Identifier(name))
+
+    def head_file_position(self) -> tuple[int, str] | None:
+        return None  # no file beside the store: the persisted read models witness alone
 
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         from psycopg.rows import tuple_row
