@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pytest_httpserver import HTTPServer
 
+from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.integrations.async_engine import AsyncContextEngine
 from ctxledger.adapters.integrations.turns import tool_item_id
@@ -34,16 +35,14 @@ OBJECTIVE = "Objective: fix the auth session timeout in auth/session.py"
 TOOL_OUTPUT = "FAILED tests/test_auth.py::test_refresh - TimeoutError after 30s"
 
 
-class _Clock:
-    def now(self) -> datetime:
-        return datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def _engine(path: Path) -> ContextEngine:
     engine = ContextEngine(
         open_ledger(f"sqlite:///{path}"),
         counter=default_counter(),
-        clock=_Clock(),
+        clock=SteppingClock(NOW, timedelta(0)),  # a fixed time
         settings=EngineSettings(session_id="frameworks"),
     )
     engine.register_agent(

@@ -13,7 +13,7 @@ answers with; the expected cache split is worked out by hand from each provider'
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import openai
 import pytest
 from pytest_httpserver import HTTPServer
 
+from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.tokens import default_counter
@@ -32,9 +33,7 @@ MODEL_A = "claude-sonnet-4-5"
 MODEL_O = "gpt-4.1"
 
 
-class _Clock:
-    def now(self) -> datetime:
-        return datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -42,7 +41,7 @@ def engine(tmp_path: Path) -> Any:
     eng = ContextEngine(
         open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"),
         counter=default_counter(),
-        clock=_Clock(),
+        clock=SteppingClock(NOW, timedelta(0)),  # a fixed time
         settings=EngineSettings(session_id="sdk"),
     )
     eng.register_agent(AgentIdentity(agent_id=AGENT, role="worker", task="fix auth", budget=20_000))

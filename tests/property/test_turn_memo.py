@@ -41,20 +41,13 @@ from ctxledger.domain.model import AgentIdentity, Generation, Item, Layer, Sourc
 from ctxledger.projections.build_view import BuildView, build_view
 from ctxledger.projections.pool import TOUCHED_MAX, Pool, PoolBatch, evolve_pool
 from ctxledger.projections.turn_memo import emitted_context, memo_from_scratch, turn_view
+from tests.property.test_restart_transparency import FixedClock
 
 SESSION = "turn-memo"
 COUNTER = default_counter()
 STAGES = ["", "plan", "fix"]
 WORDS = st.sampled_from(["alpha", "fix", "auth/session.py", "error", "test", "retry"])
 _agents = itertools.count()
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.at = datetime(2026, 2, 1, tzinfo=UTC)
-
-    def now(self) -> datetime:
-        return self.at
 
 
 class TurnMemoMachine(RuleBasedStateMachine):
@@ -64,7 +57,7 @@ class TurnMemoMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.clock = Clock()
+        self.clock = FixedClock()
         n = next(_agents)
         self.memo_engine = self._open(self.root / f"memo-{os.getpid()}-{n}.db")
         self.scratch_engine = self._open(self.root / f"scratch-{os.getpid()}-{n}.db", ScratchEngine)
