@@ -5,7 +5,7 @@ nothing else wires adapters together, and no constructor does I/O."""
 from __future__ import annotations
 
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
-from ctxledger.adapters.ledger import Ledger, open_ledger
+from ctxledger.adapters.ledger import FROM_ENV, Ledger, open_ledger
 from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
@@ -22,11 +22,19 @@ def open_engine(
     clock: Clock | None = None,
     settings: EngineSettings | None = None,
     must_exist: bool = False,
+    master_key: bytes | None = FROM_ENV,
+    encrypt: bool | None = None,
 ) -> ContextEngine:
     """An engine over *store* (a ledger URL, or a ledger already open) with its read models
     loaded and caught up with the log. ``must_exist``: refuse a store that does not exist yet
-    (readers and controls must never create one)."""
-    ledger = open_ledger(store, must_exist=must_exist) if isinstance(store, str) else store
+    (readers and controls must never create one). ``master_key`` and ``encrypt``: content
+    encryption, as ``open_ledger`` says (by default the master key configured in the
+    environment, and a new ledger encrypts when there is one)."""
+    ledger = (
+        open_ledger(store, must_exist=must_exist, master_key=master_key, encrypt=encrypt)
+        if isinstance(store, str)
+        else store
+    )
     try:
         runner = ProjectionRunner(ledger)
         runner.run_once()

@@ -14,6 +14,7 @@ from rich.table import Table
 from ctxledger.adapters import (
     cli_control,
     cli_doctor,
+    cli_erase,
     cli_inspect,
     cli_serve,
     cli_simulate,
@@ -21,6 +22,7 @@ from ctxledger.adapters import (
 from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
 from ctxledger.adapters.cli_tables import cli_console, show
+from ctxledger.adapters.content_seal import KEY_FILE_ENV, read_key_file
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.logs import LogLevel, configure_logging
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
@@ -145,6 +147,7 @@ app.command()(cli_simulate.compare)
 app.command()(cli_serve.serve)
 app.command()(cli_control.control)
 app.command()(cli_control.configure)
+app.command()(cli_erase.erase)
 
 
 def _show_version(value: bool) -> None:
@@ -171,8 +174,19 @@ def _root(
             help="Log records of the ctxledger loggers at this level and above, on stderr.",
         ),
     ] = LogLevel.warning,
+    key_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--key-file",
+            envvar=KEY_FILE_ENV,
+            help="Master key file (32 bytes, or base64 of them) for content encryption.",
+        ),
+    ] = None,
 ) -> None:
     configure_logging(log_level)
+    if key_file is not None:  # read by the composition root, like CTXLEDGER_MASTER_KEY
+        read_key_file(key_file)  # a missing or malformed file fails here, in one line
+        os.environ[KEY_FILE_ENV] = str(key_file)
 
 
 def _click_exceptions() -> tuple[

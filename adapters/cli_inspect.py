@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
+from rich.text import Text
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
 from ctxledger.adapters.cli_tables import cli_console, show
@@ -78,15 +79,15 @@ def _items_table(title: str, rows: tuple[ItemView, ...], *, excluded: bool = Fal
         fate = f"{v.action}: {v.reason}" if excluded or v.reason else v.action
         if v.method:
             fate += f" [{v.method} {v.tokens_before}→{v.tokens}]"
-        t.add_row(
-            v.id,
+        t.add_row(  # recorded text as Text: "[erased: …]" or "[x]" in a log is not markup
+            Text(v.id),
             v.layer,
             v.source,
             str(v.tokens if not excluded else v.tokens_before),
-            fate,
+            Text(fate),
             flags,
-            ", ".join(v.files[:3]),
-            v.preview[:60],
+            Text(", ".join(v.files[:3])),
+            Text(v.preview[:60]),
         )
     return t
 
@@ -419,7 +420,11 @@ def _rederive(ledger: Ledger, total: int, *, quiet: bool) -> RederiveReport:
         transient=True,
     ) as bar:
         task = bar.add_task("events", total=total)
-        return rederive(ledger.read_all(), on_event=lambda _pos: bar.advance(task))
+        return rederive(
+            ledger.read_all(),
+            on_event=lambda _pos: bar.advance(task),
+            erased=ledger.keyring.erased(),
+        )
 
 
 def _print_audit(events: int, violations: list[Violation], report: RederiveReport | None) -> None:

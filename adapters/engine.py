@@ -584,6 +584,60 @@ class ContextEngine:
             ],
         )
 
+    # --- forgetting (crypto-shredding) ----------------------------------------------------------
+
+    @checked
+    def erase(self, agent_id: str, item_id: str = "", *, reason: str) -> ev.ContentErased:
+        """Erase the text of one item (*item_id*) or of everything the agent recorded, by
+        destroying its content keys (``adapters.content_seal``). The items leave the pool
+        (``ItemRemoved``, reason ``erased: …``) and a ``ContentErased`` event records the
+        erase; every event stays, and the erased text reads ``[erased: reason, at]``. The
+        read models are then rebuilt from the log, so no copy of the text stays in them."""
+        if not reason.strip():
+            raise InvalidInputError("an erase needs a reason (--reason)")
+        if not self.ledger.keyring.encrypted:
+            raise InvalidInputError(
+                "this ledger does not encrypt content, so nothing in it can be erased without "
+                "rewriting history; create ledgers with a master key (CTXLEDGER_MASTER_KEY)"
+            )
+        self.agent(agent_id)
+        if item_id:
+            self._known_item(agent_id, item_id)
+        at = self._now()
+        erased: list[ev.ContentErased] = []
+
+        def decide() -> list[ev.Event]:
+            pool = self.pool(agent_id)
+            targets = (item_id,) if item_id else tuple(pool.items)
+            removals: list[ev.Event] = [
+                ev.ItemRemoved(at=at, agent_id=agent_id, item_id=i, reason=f"erased: {reason}")
+                for i in targets
+                if i not in pool.removed
+            ]
+            event = ev.ContentErased(
+                at=at, agent_id=agent_id, item_id=item_id, reason=reason, items=targets
+            )
+            erased[:] = [event]
+            return [*removals, event]
+
+        self._append_agent(agent_id, decide)
+        self.ledger.erase_content(
+            agent_id,
+            [item_id] if item_id else None,
+            reason=reason,
+            at=at.isoformat(timespec="seconds"),
+        )
+        self._forget()
+        return erased[0]
+
+    def _forget(self) -> None:
+        """Drop every in-memory copy of recorded text this engine keeps (read models, prompt
+        and turn memos); the read models are rebuilt from the log on next use."""
+        self._runner = None
+        self._prompts.clear()
+        self._turns.clear()
+        self._since_save = 0
+
     # --- project memory (the catalog decides; the ledger records) -------------------------------
 
     @checked

@@ -33,6 +33,8 @@ from eventsourcing.persistence import (
 from eventsourcing.popo import POPOApplicationRecorder
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
+from ctxledger.adapters.content_seal import Keyring, MasterKeyError, master_key_from_env
+from ctxledger.adapters.key_table import KeyTable, MemoryKeyTable, PgKeyTable, SQLiteKeyTable
 from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file
 from ctxledger.adapters.stream_locks import (
     DEFAULT_TIMEOUT_S,
@@ -55,6 +57,7 @@ from ctxledger.domain.events import EVENT_TYPES, Event
 
 __all__ = [
     "EVENTS_TABLE",
+    "FROM_ENV",
     "Ledger",
     "LedgerUnavailableError",
     "Page",
@@ -156,13 +159,17 @@ class _Backend(Protocol):
 
     def wait_for_new(self, timeout: float) -> None: ...
 
+    def key_table(self) -> KeyTable:
+        """The table of content keys (``adapters.key_table``) in the same store."""
+        ...
+
     def close(self) -> None: ...
 
 
 class Ledger:
     """Append, read and follow events; persist read models with their position."""
 
-    def __init__(self, url: str, backend: _Backend) -> None:
+    def __init__(self, url: str, backend: _Backend, keyring: Keyring | None = None) -> None:
         self.url = url
         self._backend = backend
         self._recorder = backend.recorder
@@ -170,6 +177,13 @@ class Ledger:
         self._locks: StreamLocks | None = None
         self._heads: dict[str, Any] = {}
         self._damaged: dict[str, tuple[int, ...]] | None = None
+        self.keyring = keyring or Keyring(backend.key_table(), None, encrypted=False)
+        """Seals free text on the way in and opens it on the way out (``content_seal``);
+        ``open_ledger`` sets the store's own."""
+
+    def backend_key_table(self) -> KeyTable:
+        """The store's table of content keys (``open_ledger`` builds the keyring on it)."""
+        return self._backend.key_table()
 
     def stream_lock(
         self, stream_id: str, *, timeout: float = DEFAULT_TIMEOUT_S
@@ -225,7 +239,8 @@ class Ledger:
             )
             stored: list[StoredEvent] = []
             op = secrets.token_hex(8)  # this append's idempotency key, in its first payload
-            for version, event in enumerate(events, start=expected_version + 1):
+            sealed = self.keyring.seal_events(events)  # as is, unless content is encrypted
+            for version, event in enumerate(sealed, start=expected_version + 1):
                 topic, payload = encode_checked(event)  # reads back, or nothing is stored
                 payload = with_prev(payload, prev, op if not stored else "")
                 stored.append(StoredEvent(stream_id, version, topic, payload))
@@ -264,8 +279,11 @@ class Ledger:
     def read_stream(self, stream_id: str, *, after_version: int = 0) -> list[Recorded]:
         """Every event of one stream after *after_version*, in order (positions unknown: 0)."""
         rows = self._call(self._recorder.select_events, stream_id, gt=after_version or None)
+        opened = self.keyring.open_event
         return [
-            Recorded(0, stream_id, r.originator_version, _decode_row(None, r.topic, r.state))
+            Recorded(
+                0, stream_id, r.originator_version, opened(_decode_row(None, r.topic, r.state))
+            )
             for r in rows
         ]
 
@@ -280,8 +298,10 @@ class Ledger:
         while remaining is None or remaining > 0:
             page = _PAGE if remaining is None else min(_PAGE, remaining)
             rows = self._call(self._backend.select_rows, position, None, page, streams=True)
+            opened = self.keyring.open_event
             for pos, stream_id, version, topic, state in rows:
-                yield Recorded(pos, str(stream_id), version, _decode_row(pos, topic, state))
+                event = opened(_decode_row(pos, topic, state))
+                yield Recorded(pos, str(stream_id), version, event)
                 position = pos
             if remaining is not None:
                 remaining -= len(rows)
@@ -305,7 +325,8 @@ class Ledger:
         a row that does not decode raises its DecodeError and nothing of the page is
         returned, so a fold of pages is never partial. No events: ``last`` is *after*."""
         rows = self._call(self._backend.select_rows, after, upto, limit, streams=False)
-        return Page(_decode_events(rows), rows[-1][0] if rows else after)
+        events = self.keyring.open_events(_decode_events(rows))
+        return Page(events, rows[-1][0] if rows else after)
 
     def read_pages(
         self, *, after: int = 0, upto: int | None = None, page: int = _PAGE
@@ -353,7 +374,7 @@ class Ledger:
         None when nothing was recorded. A log that ends before it lost events."""
         found: list[tuple[int, str]] = []
         for name in names:
-            row = self.load_projection(name)
+            row = self._call(self._backend.load_projection, name)
             if row is not None:
                 found.append((row[0], f"the persisted read model {name!r}"))
         recorded = self._backend.head_file_position()
@@ -362,13 +383,31 @@ class Ledger:
         return max(found) if found else None
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
-        """``(position, state bytes)`` of a persisted read model, or None."""
+        """``(position, state bytes)`` of a persisted read model, or None (also when it is
+        sealed and cannot be opened here: it is then rebuilt from the log)."""
         row: tuple[int, bytes] | None = self._call(self._backend.load_projection, name)
-        return row
+        if row is None:
+            return None
+        state = self.keyring.open_blob(row[1])
+        return None if state is None else (row[0], state)
 
     def save_projections(self, states: dict[str, bytes], position: int) -> None:
-        """Persist read models and the position they reflect, in one transaction."""
-        self._call(self._backend.save_projections, states, position)
+        """Persist read models and the position they reflect, in one transaction (sealed
+        when the store encrypts content: they hold the text of items)."""
+        seal = self.keyring.seal_blob
+        sealed = {name: seal(state) for name, state in states.items()}
+        self._call(self._backend.save_projections, sealed, position)
+
+    def erase_content(
+        self, agent_id: str, item_ids: Sequence[str] | None, *, reason: str, at: str
+    ) -> list[str]:
+        """Crypto-shred: destroy the content keys of *agent_id* (all, or *item_ids*) and the
+        snapshot keys, delete the persisted read models and wipe the deleted rows from the
+        database files; returns the item ids whose key was destroyed. The caller records the
+        ``ContentErased`` event and rebuilds its read models from the log."""
+        gone = self.keyring.erase(agent_id, item_ids, reason=reason, at=at)
+        self._call(self.keyring.table.wipe, PROJECTIONS_TABLE)
+        return gone
 
     # --- quarantine -------------------------------------------------------------------------
 
@@ -534,6 +573,8 @@ class _MemoryBackend:
         self.recorder: ApplicationRecorder = POPOApplicationRecorder()
         self._projections: dict[str, tuple[int, bytes]] = {}
         self._lock = threading.Lock()
+        self._keys = MemoryKeyTable()
+        self._keys.wiped = self._projections.clear
 
     def select_rows(
         self, after: int, upto: int | None, limit: int, *, streams: bool
@@ -565,6 +606,9 @@ class _MemoryBackend:
 
     def wait_for_new(self, timeout: float) -> None:
         time.sleep(timeout)
+
+    def key_table(self) -> KeyTable:
+        return self._keys
 
     def close(self) -> None:
         return None
@@ -672,6 +716,9 @@ class _SQLiteBackend:
 
     def wait_for_new(self, timeout: float) -> None:
         time.sleep(timeout)
+
+    def key_table(self) -> KeyTable:
+        return SQLiteKeyTable(self.path)
 
     def close(self) -> None:
         self.datastore.close()
@@ -861,6 +908,15 @@ class _PostgresBackend:
             self._listener = None
             time.sleep(timeout)
 
+    def key_table(self) -> KeyTable:
+        import psycopg
+
+        conninfo = self._conninfo
+        return PgKeyTable(
+            lambda: psycopg.connect(**conninfo, autocommit=True, connect_timeout=10),
+            self.datastore.schema,
+        )
+
     def close(self) -> None:
         if self._listener is not None:
             with contextlib.suppress(Exception):
@@ -922,13 +978,49 @@ def read_head_file(path: str | Path) -> tuple[int, str] | None:
     return position, f"{target.name} (written {data.get('at', '?')})"
 
 
-def open_ledger(url: str, *, must_exist: bool = False) -> Ledger:
+FROM_ENV: Any = object()
+"""``master_key`` default of ``open_ledger``: the key configured in the environment."""
+
+
+def open_ledger(
+    url: str,
+    *,
+    must_exist: bool = False,
+    master_key: bytes | None = FROM_ENV,
+    encrypt: bool | None = None,
+) -> Ledger:
     """Open the ledger named by *url*: ``memory://``, ``sqlite:///path`` or ``postgresql://…``.
 
     ``must_exist`` (for readers such as ``inspect`` or ``audit``) refuses to create a missing
     SQLite file instead of silently reading an empty ledger, and a file that is not a ledger
     (not SQLite, a memory catalog, another database) before anything could write to it. A
-    writer is refused a file that is not SQLite or is a memory catalog."""
+    writer is refused a file that is not SQLite or is a memory catalog.
+
+    Content encryption (``adapters.content_seal``): *master_key* (32 bytes; by default the
+    one configured in the environment, ``CTXLEDGER_MASTER_KEY`` or ``CTXLEDGER_KEY_FILE``)
+    opens an encrypted ledger's keys. A new, empty ledger becomes encrypted when a master
+    key is configured, unless *encrypt* is False; ``encrypt=True`` without a master key is
+    an error. Whether a ledger encrypts is settled when its first event is written."""
+    if master_key is FROM_ENV:
+        master_key = master_key_from_env()
+    if encrypt and master_key is None:
+        raise MasterKeyError(
+            "content encryption needs a master key: set CTXLEDGER_MASTER_KEY (base64 of 32 "
+            "bytes) or pass --key-file"
+        )
+    ledger = _open_backend(url, must_exist=must_exist)
+    try:
+        ledger.keyring = Keyring(ledger.backend_key_table(), master_key)
+        new = not must_exist and not ledger.keyring.encrypted and ledger.max_position() == 0
+        if new and encrypt is not False and master_key is not None:
+            ledger.keyring.start()
+    except BaseException:
+        ledger.close()
+        raise
+    return ledger
+
+
+def _open_backend(url: str, *, must_exist: bool) -> Ledger:
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "memory":
         return Ledger(url, _MemoryBackend())

@@ -4,7 +4,7 @@ up to its ContextBuildingStarted and with its recorded request, and compare sele
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import msgspec
 
@@ -58,6 +58,8 @@ def first_difference(recorded: dict[str, Decision], rederived: dict[str, Decisio
 class _Pending(msgspec.Struct, frozen=True, kw_only=True):
     started: ev.ContextBuildingStarted
     view: BuildView
+    erased: bool = False
+    """Some candidate's text was erased since (crypto-shredding): it cannot be re-planned."""
 
 
 def rederive(
@@ -65,9 +67,12 @@ def rederive(
     *,
     counter_for: Callable[[str], TokenCounter | None] = counter_named,
     on_event: Callable[[int], None] | None = None,
+    erased: Collection[tuple[str, str]] = (),
 ) -> RederiveReport:
     """Replay *records* (the whole log, or whole streams) once, re-running the planner at
-    every ContextPackBuilt."""
+    every ContextPackBuilt. A build one of whose candidates' text was *erased* ((agent, item)
+    pairs whose content keys were destroyed) is counted as not re-derivable: the planner
+    read text that no longer exists."""
     gens = Generations()
     pool = Pool()
     pending: dict[str, _Pending] = {}
@@ -87,7 +92,8 @@ def rederive(
                 agent_pool = pool.by_agent.get(event.agent_id, AgentPool())
                 purpose = event.request.purpose if event.request is not None else ""
                 view = build_view(ag.current, agent_pool, purpose)
-                pending[event.pack_id] = _Pending(started=event, view=view)
+                gone = bool(erased) and any((event.agent_id, i) in erased for i in agent_pool.items)
+                pending[event.pack_id] = _Pending(started=event, view=view, erased=gone)
             continue
         if isinstance(event, ev.ContextBuildingFailed | ev.ContextBuildingInterrupted):
             pending.pop(event.pack_id, None)
@@ -101,6 +107,9 @@ def rederive(
             reasons["no recorded request"] += 1
             continue
         started = found.started
+        if found.erased:
+            reasons["content erased"] += 1
+            continue
         if started.planner_version != PLANNER_VERSION:
             reasons[f"planner version {started.planner_version} (this is {PLANNER_VERSION})"] += 1
             continue

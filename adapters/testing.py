@@ -282,6 +282,13 @@ _EVENT_STRATEGIES: dict[type[ev.EventBase], st.SearchStrategy[Any]] = {
     ev.MemoryMarkedStale: _builds(ev.MemoryMarkedStale, memory_id=_ids, reason=_short),
     ev.MemoryRetired: _builds(ev.MemoryRetired, memory_id=_ids, reason=_short),
     ev.MemoryDeleted: _builds(ev.MemoryDeleted, memory_id=_ids, erasure=_short),
+    ev.ContentErased: _builds(
+        ev.ContentErased,
+        agent_id=_ids,
+        item_id=_ids,
+        reason=_short,
+        items=st.lists(_ids, max_size=3).map(tuple),
+    ),
     ev.RecallRendered: _builds(
         ev.RecallRendered,
         agent_id=_ids,

@@ -22,6 +22,7 @@ __all__ = [
     "UPCASTERS",
     "AgentConfigured",
     "AgentRegistered",
+    "ContentErased",
     "CacheUsageRecorded",
     "ContextBuildingFailed",
     "ContextBuildingInterrupted",
@@ -295,6 +296,17 @@ class MemoryDeleted(EventBase, frozen=True, kw_only=True):
     erasure: str = ""
 
 
+class ContentErased(EventBase, frozen=True, kw_only=True):
+    """Free text of an agent was erased by destroying its content keys (crypto-shredding):
+    one item's (``item_id``) or the whole agent's (``item_id`` empty). ``items`` lists the
+    items whose keys were destroyed; the events stay, their text reads ``[erased: …]``."""
+
+    agent_id: str
+    item_id: str = ""
+    reason: str
+    items: tuple[str, ...] = ()
+
+
 class RecallRendered(EventBase, frozen=True, kw_only=True):
     """The recalled-memory group of one prompt (replaces the previous group)."""
 
@@ -329,6 +341,7 @@ Event = (
     | MemoryRetired
     | MemoryDeleted
     | RecallRendered
+    | ContentErased
 )
 
 EVENT_TYPES: Mapping[str, type[EventBase]] = {
@@ -356,6 +369,7 @@ EVENT_TYPES: Mapping[str, type[EventBase]] = {
         MemoryRetired,
         MemoryDeleted,
         RecallRendered,
+        ContentErased,
     )
 }
 """The allow-list: stored type name → class. Nothing outside it is ever decoded."""

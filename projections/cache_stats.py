@@ -10,6 +10,7 @@ from ctxledger.domain.events import (
     AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
+    ContentErased,
     ContextBuildingFailed,
     ContextBuildingInterrupted,
     ContextBuildingStarted,
@@ -195,6 +196,7 @@ def evolve_cache_stats(state: CacheStats, event: Event) -> CacheStats:
             | MemoryMarkedStale()
             | MemoryRetired()
             | MemoryDeleted()
+            | ContentErased()
             | RecallRendered()
         ):
             return state

@@ -10,6 +10,7 @@ from ctxledger.domain.events import (
     AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
+    ContentErased,
     ContextBuildingFailed,
     ContextBuildingInterrupted,
     ContextBuildingStarted,
@@ -161,6 +162,7 @@ def evolve_gc_indicators(state: GcIndicators, event: Event) -> GcIndicators:
             | MemoryMarkedStale()
             | MemoryRetired()
             | MemoryDeleted()
+            | ContentErased()
             | RecallRendered()
         ):
             return state

@@ -10,6 +10,7 @@ from ctxledger.domain.events import (
     AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
+    ContentErased,
     ContextBuildingFailed,
     ContextBuildingInterrupted,
     ContextBuildingStarted,
@@ -211,6 +212,7 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
             | MemoryMarkedStale()
             | MemoryRetired()
             | MemoryDeleted()
+            | ContentErased()
             | RecallRendered()
         ):
             return state

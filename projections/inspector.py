@@ -13,6 +13,7 @@ from ctxledger.domain.events import (
     AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
+    ContentErased,
     ContextBuildingFailed,
     ContextBuildingInterrupted,
     ContextBuildingStarted,
@@ -91,6 +92,7 @@ _ControlEvent = (
     | MemoryPromoted
     | GenerationRefreshed
     | AgentConfigured
+    | ContentErased
 )
 """The events that add a control to their agent's history."""
 
@@ -116,6 +118,8 @@ def _control(event: _ControlEvent) -> Control:
                 f" · by {by}" if by else ""
             )
             return Control(at=event.at, kind="configure", detail=detail)
+        case ContentErased(item_id=i, reason=r):
+            return Control(at=event.at, kind="erase", target=i or "(every item)", detail=r)
         case _:
             assert_never(event)
 
@@ -137,6 +141,7 @@ def evolve_inspector(state: InspectorState, event: Event) -> InspectorState:
             | MemoryPromoted()
             | GenerationRefreshed()
             | AgentConfigured()
+            | ContentErased()
         ):
             return _with_control(state, event.agent_id, _control(event))
         case RecallRendered(agent_id=a):
@@ -205,6 +210,7 @@ class InspectorBatch:
             MemoryPromoted: control,
             GenerationRefreshed: control,
             AgentConfigured: control,
+            ContentErased: control,
             RecallRendered: self.recall_rendered,
             TurnFailed: self.turn_failed,
         }

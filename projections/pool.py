@@ -11,6 +11,7 @@ from ctxledger.domain.events import (
     AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
+    ContentErased,
     ContextBuildingFailed,
     ContextBuildingInterrupted,
     ContextBuildingStarted,
@@ -236,6 +237,7 @@ def evolve_pool(state: Pool, event: Event) -> Pool:
             | MemoryMarkedStale()
             | MemoryRetired()
             | MemoryDeleted()
+            | ContentErased()
             | RecallRendered()
         ):
             return state

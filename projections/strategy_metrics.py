@@ -10,6 +10,7 @@ from ctxledger.domain.events import (
     AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
+    ContentErased,
     ContextBuildingFailed,
     ContextBuildingInterrupted,
     ContextBuildingStarted,
@@ -145,6 +146,7 @@ def evolve_strategy_metrics(state: StrategyMetrics, event: Event) -> StrategyMet
             | MemoryMarkedStale()
             | MemoryRetired()
             | MemoryDeleted()
+            | ContentErased()
             | RecallRendered()
         ):
             return state

@@ -1,0 +1,385 @@
+"""Crypto-shredding: the ledger's free text stored as AES-GCM ciphertext, erasable by key.
+
+A ledger created while a master key is configured (``CTXLEDGER_MASTER_KEY``: base64 of 32
+bytes, or a key file named by ``CTXLEDGER_KEY_FILE`` / ``--key-file``) seals the free text of
+its events before they are stored: item content (``ItemRecorded``, ``SteeringNoteAdded``),
+the sent text of clipped and compressed items (``ContextPackBuilt`` decisions), verification
+evidence and provider error messages. Each (agent, item) has its own random 256-bit data key,
+kept wrapped by the master key in the key table (``adapters.key_table``), outside the event
+stream; the persisted read models are sealed too, under a snapshot key.
+
+Erasing an item or an agent destroys its wrapped keys: the ciphertext stays in the log, so
+positions, versions, the hash chain and every decision replay as before, but its text reads
+``[erased: reason, at]``. Nothing here decides what goes into a prompt; the events the
+engine folds and decides on are the plaintext ones, sealed on the way to the store and
+opened on the way back.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import msgspec
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from ctxledger.adapters.key_table import KeyRow, KeyTable
+from ctxledger.domain import events as ev
+from ctxledger.domain.errors import CtxLedgerError, InvalidInputError
+
+__all__ = [
+    "KEY_FILE_ENV",
+    "MASTER_KEY_ENV",
+    "Keyring",
+    "MasterKeyError",
+    "SEALED_PREFIX",
+    "erased_text",
+    "master_key_from_env",
+    "read_key_file",
+]
+
+MASTER_KEY_ENV = "CTXLEDGER_MASTER_KEY"
+KEY_FILE_ENV = "CTXLEDGER_KEY_FILE"
+SEALED_PREFIX = "\x00sealed1:"
+"""Sealed text: the prefix, then URL-safe base64 of a 12-byte nonce and the ciphertext."""
+_BLOB_PREFIX = b"\x00sealedblob1:"
+_CHECK = ("", "#check")
+"""(Rows of the agent id "", which no agent has, belong to the ledger itself.) The key
+table's check row: a known value sealed under the master key (a wrong master key
+is said at open, not discovered as garbage later)."""
+_SNAPSHOT = "#snapshot:"
+_CHECK_VALUE = b"ctxledger master key check"
+_AGENT_TEXT = ""
+"""The item id of an agent's own text that belongs to no item (provider error messages)."""
+
+
+class MasterKeyError(CtxLedgerError):
+    """No master key where one is needed, or one that does not open this ledger's keys."""
+
+
+def read_key_file(path: str | Path) -> bytes:
+    """A master key from a file: 32 raw bytes, or base64 of them (whitespace ignored)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise MasterKeyError(f"key file {path}: {exc.strerror or exc}") from exc
+    if len(data) == 32:
+        return data
+    return _decode_key(data.strip(), f"key file {path}")
+
+
+def _decode_key(text: bytes | str, where: str) -> bytes:
+    try:
+        key = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise MasterKeyError(f"{where}: not base64 of 32 bytes") from exc
+    if len(key) != 32:
+        raise MasterKeyError(f"{where}: {len(key)} bytes, a master key is 32 (base64 of them)")
+    return key
+
+
+def master_key_from_env() -> bytes | None:
+    """The configured master key: ``CTXLEDGER_MASTER_KEY``, else the file named by
+    ``CTXLEDGER_KEY_FILE``, else None."""
+    value = os.environ.get(MASTER_KEY_ENV, "").strip()
+    if value:
+        return _decode_key(value, MASTER_KEY_ENV)
+    path = os.environ.get(KEY_FILE_ENV, "").strip()
+    return read_key_file(path) if path else None
+
+
+def erased_text(reason: str, at: str) -> str:
+    """What erased text reads as."""
+    return f"[erased: {reason}, {at}]" if at else f"[erased: {reason}]"
+
+
+_LOCKED = "[sealed: no master key configured]"
+
+
+def _aad(agent_id: str, item_id: str) -> bytes:
+    return f"{agent_id}\x00{item_id}".encode()
+
+
+class Keyring:
+    """Seals and opens the free text of events for one ledger.
+
+    ``encrypted`` says whether the store seals content (its key table has the check row).
+    Without a master key an encrypted store can be read — sealed text reads as
+    ``[sealed: no master key configured]`` and the hash chain still verifies — but not
+    written."""
+
+    def __init__(
+        self, table: KeyTable, master: bytes | None, *, encrypted: bool | None = None
+    ) -> None:
+        """*encrypted* None: read the key table to find out (``False``: a plain store,
+        nothing read)."""
+        self.table = table
+        self._master = AESGCM(master) if master is not None else None
+        self._keys: dict[tuple[str, str], AESGCM | str] = {}
+        """(agent, item) → its data key, or the text an erased key's content reads as."""
+        self._lock = threading.Lock()
+        if encrypted is False:
+            self.encrypted = False
+            return
+        check = [r for r in table.rows("") if (r.agent_id, r.item_id) == _CHECK]
+        self.encrypted = bool(check)
+        if check and self._master is not None:
+            try:
+                self._unwrap(check[0].wrapped or b"", *_CHECK, expect=_CHECK_VALUE)
+            except MasterKeyError:
+                raise MasterKeyError(
+                    "the configured master key does not open this ledger's keys"
+                ) from None
+
+    @property
+    def can_write(self) -> bool:
+        return not self.encrypted or self._master is not None
+
+    def start(self) -> None:
+        """Make a new store encrypted (write the check row under the master key)."""
+        if self._master is None or self.encrypted:
+            return
+        nonce = secrets.token_bytes(12)
+        check = nonce + self._master.encrypt(nonce, _CHECK_VALUE, _aad(*_CHECK))
+        self.table.insert([KeyRow(*_CHECK, check)])
+        self.encrypted = True
+
+    # --- keys --------------------------------------------------------------------------------
+
+    def _unwrap(self, wrapped: bytes, agent_id: str, item_id: str, *, expect: bytes = b"") -> bytes:
+        assert self._master is not None
+        try:
+            key = self._master.decrypt(wrapped[:12], wrapped[12:], _aad(agent_id, item_id))
+        except (InvalidTag, ValueError) as exc:
+            raise MasterKeyError(
+                f"the key of {agent_id[:60]!r}/{item_id[:60]!r} does not open"
+            ) from exc
+        if expect and key != expect:
+            raise MasterKeyError("the master key check does not match")
+        return key
+
+    def _load(self, agent_id: str) -> None:
+        """Every key of *agent_id* into the cache (one read per agent, not per item)."""
+        for row in self.table.rows(agent_id):
+            self._cache(row)
+
+    def _cache(self, row: KeyRow) -> None:
+        key = (row.agent_id, row.item_id)
+        if key == _CHECK:
+            return
+        if row.wrapped is None:
+            self._keys[key] = erased_text(row.erased_reason, row.erased_at)
+        elif self._master is not None:
+            self._keys[key] = AESGCM(self._unwrap(row.wrapped, row.agent_id, row.item_id))
+
+    def _key(self, agent_id: str, item_id: str) -> AESGCM | str | None:
+        found = self._keys.get((agent_id, item_id))
+        if found is None:
+            with self._lock:
+                self._load(agent_id)
+            found = self._keys.get((agent_id, item_id))
+        return found
+
+    def _ensure(self, wanted: Iterable[tuple[str, str]]) -> None:
+        """Create (in one write) the data keys of the pairs that have none yet."""
+        missing = {w for w in wanted if w not in self._keys}
+        if not missing:
+            return
+        with self._lock:
+            for agent in {a for a, _ in missing}:
+                self._load(agent)
+            missing = {w for w in missing if w not in self._keys}
+            if not missing:
+                return
+            assert self._master is not None
+            rows = []
+            for agent_id, item_id in sorted(missing):
+                nonce = secrets.token_bytes(12)
+                data_key = AESGCM.generate_key(bit_length=256)
+                wrapped = nonce + self._master.encrypt(nonce, data_key, _aad(agent_id, item_id))
+                rows.append(KeyRow(agent_id, item_id, wrapped))
+            self.table.insert(rows)
+            for agent in {a for a, _ in missing}:
+                self._load(agent)  # another writer's key for the same pair wins: read back
+
+    # --- text --------------------------------------------------------------------------------
+
+    def _seal(self, agent_id: str, item_id: str, text: str) -> str:
+        if not text:
+            return text
+        key = self._keys[agent_id, item_id]
+        if isinstance(key, str):  # erased: nothing new is written under a destroyed key
+            return key
+        nonce = secrets.token_bytes(12)
+        sealed = key.encrypt(nonce, text.encode("utf-8", "surrogatepass"), _aad(agent_id, item_id))
+        return SEALED_PREFIX + base64.urlsafe_b64encode(nonce + sealed).decode("ascii")
+
+    def _open(self, agent_id: str, item_id: str, text: str) -> str:
+        if not text.startswith(SEALED_PREFIX):
+            return text
+        key = self._key(agent_id, item_id)
+        if key is None:
+            return _LOCKED if self._master is None else "[sealed: no key in the key table]"
+        if isinstance(key, str):
+            return key
+        try:
+            raw = base64.urlsafe_b64decode(text[len(SEALED_PREFIX) :])
+            plain = key.decrypt(raw[:12], raw[12:], _aad(agent_id, item_id))
+        except (InvalidTag, ValueError, binascii.Error):
+            return "[sealed: does not open (damaged)]"
+        return plain.decode("utf-8", "surrogatepass")
+
+    # --- events ------------------------------------------------------------------------------
+
+    def seal_events(self, events: Sequence[ev.Event]) -> list[ev.Event]:
+        """*events* with their free text sealed (new data keys written first, in one go)."""
+        if not self.encrypted:
+            return list(events)
+        pairs = [pair for e in events for pair in _pairs(e)]
+        if not pairs:
+            return list(events)
+        if self._master is None:
+            raise MasterKeyError(
+                "this ledger encrypts content: set CTXLEDGER_MASTER_KEY or pass --key-file "
+                "to write to it"
+            )
+        self._ensure(pairs)
+        for agent_id, item_id in pairs:
+            if isinstance(self._keys[agent_id, item_id], str) and any(
+                isinstance(e, ev.ItemRecorded | ev.SteeringNoteAdded) and e.item.id == item_id
+                for e in events
+            ):
+                raise InvalidInputError(
+                    f"the content of item {item_id[:80]!r} of agent {agent_id[:80]!r} was "
+                    "erased; record new content under a new item id"
+                )
+        return [_transform(e, self._seal) for e in events]
+
+    def open_events(self, events: list[ev.Event]) -> list[ev.Event]:
+        """*events* with their sealed text opened (in place; erased text as its marker)."""
+        if not self.encrypted:
+            return events
+        for n, e in enumerate(events):
+            if type(e) in _SEALED_TYPES:
+                events[n] = _transform(e, self._open)
+        return events
+
+    def open_event(self, event: ev.Event) -> ev.Event:
+        if not self.encrypted or type(event) not in _SEALED_TYPES:
+            return event
+        return _transform(event, self._open)
+
+    # --- read-model snapshots ----------------------------------------------------------------
+
+    def _snapshot_key(self) -> str:
+        """The name of the live snapshot key (one is made when there is none)."""
+        live = sorted(
+            r.item_id
+            for r in self.table.rows("")
+            if r.item_id.startswith(_SNAPSHOT) and r.wrapped is not None
+        )
+        if live:
+            return live[-1]
+        name = _SNAPSHOT + secrets.token_hex(8)
+        self._ensure([("", name)])
+        return name
+
+    def seal_blob(self, data: bytes) -> bytes:
+        """A read-model snapshot sealed under the snapshot key (as is on a plain store)."""
+        if not self.encrypted or self._master is None:
+            return data
+        name = self._snapshot_key()
+        key = self._key("", name)
+        assert isinstance(key, AESGCM)
+        nonce = secrets.token_bytes(12)
+        body = key.encrypt(nonce, data, _aad("", name))
+        return _BLOB_PREFIX + name.encode() + b"\n" + nonce + body
+
+    def open_blob(self, data: bytes) -> bytes | None:
+        """A sealed snapshot's bytes; None when it cannot be opened (no master key, its key
+        erased): the read models are then rebuilt from the log."""
+        if not data.startswith(_BLOB_PREFIX):
+            return None if self.encrypted else data
+        name, _, rest = data[len(_BLOB_PREFIX) :].partition(b"\n")
+        key = self._key("", name.decode("utf-8", "replace"))
+        if not isinstance(key, AESGCM):
+            return None
+        try:
+            return key.decrypt(rest[:12], rest[12:], _aad("", name.decode()))
+        except (InvalidTag, ValueError):
+            return None
+
+    # --- erasing -----------------------------------------------------------------------------
+
+    def erase(
+        self, agent_id: str, item_ids: Sequence[str] | None, *, reason: str, at: str
+    ) -> list[str]:
+        """Destroy the data keys of *agent_id* (all, or those of *item_ids*) and every
+        snapshot key, delete the persisted read models and wipe deleted rows from the
+        database; returns the item ids whose key was destroyed."""
+        if not reason.strip():
+            raise InvalidInputError("an erase needs a reason")
+        with self._lock:
+            gone = self.table.destroy(agent_id, item_ids, reason, at)
+            snapshots = [r.item_id for r in self.table.rows("") if r.item_id.startswith(_SNAPSHOT)]
+            self.table.destroy("", snapshots, "erase", at)
+            self._keys.clear()
+        return gone
+
+    def erased(self) -> set[tuple[str, str]]:
+        """Every (agent, item) whose key was erased."""
+        return {(r.agent_id, r.item_id) for r in self.table.rows() if r.wrapped is None}
+
+
+# --- which text of which event ----------------------------------------------------------------
+
+
+_SEALED_TYPES = (
+    ev.ItemRecorded,
+    ev.SteeringNoteAdded,
+    ev.ContextPackBuilt,
+    ev.FindingVerified,
+    ev.TurnFailed,
+)
+
+
+def _pairs(e: ev.Event) -> list[tuple[str, str]]:
+    """The (agent, item) keys *e*'s free text is sealed under."""
+    if isinstance(e, ev.ItemRecorded | ev.SteeringNoteAdded):
+        return [(e.agent_id, e.item.id)] if e.item.content else []
+    if isinstance(e, ev.ContextPackBuilt):
+        return [(e.agent_id, d.item_id) for d in e.decisions if d.content]
+    if isinstance(e, ev.FindingVerified):
+        return [(e.agent_id, e.item_id)] if e.evidence else []
+    if isinstance(e, ev.TurnFailed):
+        return [(e.agent_id, _AGENT_TEXT)] if e.message else []
+    return []
+
+
+def _transform(e: ev.Event, fn: Callable[[str, str, str], str]) -> ev.Event:
+    """*e* with *fn* applied to each of its free-text fields."""
+    replace = msgspec.structs.replace
+    if isinstance(e, ev.ItemRecorded | ev.SteeringNoteAdded):
+        if not e.item.content:
+            return e
+        item = replace(e.item, content=fn(e.agent_id, e.item.id, e.item.content))
+        return replace(e, item=item)
+    if isinstance(e, ev.ContextPackBuilt):
+        if not any(d.content for d in e.decisions):
+            return e
+        decisions = tuple(
+            replace(d, content=fn(e.agent_id, d.item_id, d.content)) if d.content else d
+            for d in e.decisions
+        )
+        return replace(e, decisions=decisions)
+    if isinstance(e, ev.FindingVerified):
+        return replace(e, evidence=fn(e.agent_id, e.item_id, e.evidence)) if e.evidence else e
+    if isinstance(e, ev.TurnFailed):
+        return replace(e, message=fn(e.agent_id, _AGENT_TEXT, e.message)) if e.message else e
+    return e

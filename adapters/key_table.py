@@ -1,0 +1,264 @@
+"""The table of content keys, outside the event stream (same database, ``ctxledger_keys``).
+
+One row per (agent, item): the item's data key wrapped by the master key, or — once erased —
+no key at all, only why and when. Erasing deletes the wrapped key and then wipes what a
+database keeps of deleted rows (SQLite: ``secure_delete``, ``VACUUM``, a truncating WAL
+checkpoint; PostgreSQL: ``VACUUM FULL``), together with the persisted read models, which are
+rebuilt from the log. ``adapters.content_seal`` does the cryptography; this module only
+stores rows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
+
+__all__ = ["KEYS_TABLE", "KeyRow", "KeyTable", "MemoryKeyTable", "PgKeyTable", "SQLiteKeyTable"]
+
+KEYS_TABLE = "ctxledger_keys"
+
+
+class KeyRow(NamedTuple):
+    """One key: ``wrapped`` is None once erased (``erased_reason`` and ``erased_at`` say why
+    and when)."""
+
+    agent_id: str
+    item_id: str
+    wrapped: bytes | None
+    erased_reason: str = ""
+    erased_at: str = ""
+
+
+class KeyTable(Protocol):
+    def rows(self, agent_id: str | None = None) -> list[KeyRow]:
+        """Every row (of one agent); ``[]`` when the table does not exist."""
+        ...
+
+    def insert(self, rows: Sequence[KeyRow]) -> None:
+        """Insert rows, keeping any row already there for the same (agent, item)."""
+        ...
+
+    def destroy(
+        self, agent_id: str, item_ids: Sequence[str] | None, reason: str, at: str
+    ) -> list[str]:
+        """Delete the wrapped keys of *agent_id* (all, or *item_ids*), leaving tombstones;
+        returns the item ids whose key was destroyed now."""
+        ...
+
+    def wipe(self, projections_table: str) -> None:
+        """Delete the persisted read models and remove what the database keeps of deleted
+        rows (free pages, the write-ahead log)."""
+        ...
+
+
+class MemoryKeyTable:
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str], KeyRow] = {}
+        self.wiped: Callable[[], None] = lambda: None
+
+    def rows(self, agent_id: str | None = None) -> list[KeyRow]:
+        return [r for r in self._rows.values() if agent_id is None or r.agent_id == agent_id]
+
+    def insert(self, rows: Sequence[KeyRow]) -> None:
+        for row in rows:
+            self._rows.setdefault((row.agent_id, row.item_id), row)
+
+    def destroy(
+        self, agent_id: str, item_ids: Sequence[str] | None, reason: str, at: str
+    ) -> list[str]:
+        gone = []
+        for (agent, item), row in list(self._rows.items()):
+            wanted = item_ids is None or item in item_ids
+            if agent == agent_id and wanted and row.wrapped is not None:
+                self._rows[agent, item] = KeyRow(agent, item, None, reason, at)
+                gone.append(item)
+        return gone
+
+    def wipe(self, projections_table: str) -> None:
+        self.wiped()
+
+
+_CREATE = (
+    f"CREATE TABLE IF NOT EXISTS {KEYS_TABLE} (agent_id TEXT NOT NULL, item_id TEXT NOT NULL, "
+    "wrapped BLOB, erased_reason TEXT NOT NULL DEFAULT '', erased_at TEXT NOT NULL DEFAULT '', "
+    "PRIMARY KEY (agent_id, item_id))"
+)
+
+
+class SQLiteKeyTable:
+    """The key table in the ledger's SQLite file, on a connection of its own (``VACUUM``
+    cannot run inside the event store's transactions; ``secure_delete`` is per connection)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+        conn.execute("PRAGMA secure_delete=ON")
+        return conn
+
+    def _exists(self, conn: sqlite3.Connection) -> bool:
+        found = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (KEYS_TABLE,)
+        ).fetchone()
+        return found is not None
+
+    def rows(self, agent_id: str | None = None) -> list[KeyRow]:
+        conn = self._connect()
+        try:
+            if not self._exists(conn):
+                return []
+            sql = f"SELECT agent_id, item_id, wrapped, erased_reason, erased_at FROM {KEYS_TABLE}"
+            found = (
+                conn.execute(sql).fetchall()
+                if agent_id is None
+                else conn.execute(sql + " WHERE agent_id=?", (agent_id,)).fetchall()
+            )
+        finally:
+            conn.close()
+        return [KeyRow(a, i, None if w is None else bytes(w), r, t) for a, i, w, r, t in found]
+
+    def insert(self, rows: Sequence[KeyRow]) -> None:
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_CREATE)
+            conn.executemany(
+                f"INSERT OR IGNORE INTO {KEYS_TABLE} VALUES (?,?,?,?,?)", [tuple(r) for r in rows]
+            )
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+
+    def destroy(
+        self, agent_id: str, item_ids: Sequence[str] | None, reason: str, at: str
+    ) -> list[str]:
+        conn = self._connect()
+        try:
+            if not self._exists(conn):
+                return []
+            conn.execute("BEGIN IMMEDIATE")
+            live = [
+                item
+                for (item,) in conn.execute(
+                    f"SELECT item_id FROM {KEYS_TABLE} WHERE agent_id=? AND wrapped IS NOT NULL",
+                    (agent_id,),
+                )
+                if item_ids is None or item in item_ids
+            ]
+            conn.executemany(
+                f"UPDATE {KEYS_TABLE} SET wrapped=NULL, erased_reason=?, erased_at=? "
+                "WHERE agent_id=? AND item_id=?",
+                [(reason, at, agent_id, item) for item in live],
+            )
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        return live
+
+    def wipe(self, projections_table: str) -> None:
+        conn = self._connect()
+        try:
+            conn.execute(f"DELETE FROM {projections_table}")
+            conn.execute("VACUUM")
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        finally:
+            conn.close()
+
+
+class PgKeyTable:
+    """The key table in the ledger's PostgreSQL database (same schema as the events)."""
+
+    def __init__(self, connect: Callable[[], Any], schema: str) -> None:
+        self._connect = connect
+        self._schema = schema
+
+    def _table(self, name: str = KEYS_TABLE) -> Any:
+        from psycopg.sql import SQL, Identifier
+
+        return SQL("{}.{}").format(Identifier(self._schema), Identifier(name))
+
+    def rows(self, agent_id: str | None = None) -> list[KeyRow]:
+        from psycopg.sql import SQL
+
+        with self._connect() as conn:
+            found = conn.execute(
+                "SELECT 1 FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
+                (self._schema, KEYS_TABLE),
+            ).fetchone()
+            if found is None:
+                return []
+            sql = SQL("SELECT agent_id, item_id, wrapped, erased_reason, erased_at FROM {}").format(
+                self._table()
+            )
+            rows = (
+                conn.execute(sql).fetchall()
+                if agent_id is None
+                else conn.execute(sql + SQL(" WHERE agent_id=%s"), (agent_id,)).fetchall()
+            )
+        return [KeyRow(a, i, None if w is None else bytes(w), r, t) for a, i, w, r, t in rows]
+
+    def insert(self, rows: Sequence[KeyRow]) -> None:
+        from psycopg.sql import SQL
+
+        with self._connect() as conn, conn.transaction():
+            conn.execute(
+                SQL(
+                    "CREATE TABLE IF NOT EXISTS {} (agent_id text NOT NULL, item_id text NOT "
+                    "NULL, wrapped bytea, erased_reason text NOT NULL DEFAULT '', erased_at "
+                    "text NOT NULL DEFAULT '', PRIMARY KEY (agent_id, item_id))"
+                ).format(self._table())
+            )
+            with conn.cursor() as cur:
+                cur.executemany(
+                    SQL("INSERT INTO {} VALUES (%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING").format(
+                        self._table()
+                    ),
+                    [tuple(r) for r in rows],
+                )
+
+    def destroy(
+        self, agent_id: str, item_ids: Sequence[str] | None, reason: str, at: str
+    ) -> list[str]:
+        from psycopg.sql import SQL
+
+        if not self.rows(agent_id):
+            return []
+        with self._connect() as conn, conn.transaction():
+            live = [
+                item
+                for (item,) in conn.execute(
+                    SQL(
+                        "SELECT item_id FROM {} WHERE agent_id=%s AND wrapped IS NOT NULL "
+                        "FOR UPDATE"
+                    ).format(self._table()),
+                    (agent_id,),
+                )
+                if item_ids is None or item in item_ids
+            ]
+            with conn.cursor() as cur:
+                cur.executemany(
+                    SQL(
+                        "UPDATE {} SET wrapped=NULL, erased_reason=%s, erased_at=%s "
+                        "WHERE agent_id=%s AND item_id=%s"
+                    ).format(self._table()),
+                    [(reason, at, agent_id, item) for item in live],
+                )
+        return live
+
+    def wipe(self, projections_table: str) -> None:
+        from psycopg.sql import SQL
+
+        with self._connect() as conn:  # autocommit: VACUUM runs outside a transaction
+            conn.execute(SQL("DELETE FROM {}").format(self._table(projections_table)))
+            conn.execute(
+                SQL("VACUUM FULL {}, {}").format(self._table(), self._table(projections_table))
+            )
+            if _superuser(conn):
+                conn.execute("CHECKPOINT")
+
+
+def _superuser(conn: Any) -> bool:
+    row = conn.execute("SELECT rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    return bool(row and row[0])
