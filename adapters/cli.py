@@ -20,7 +20,7 @@ from ctxledger.adapters import (
     cli_simulate,
 )
 from ctxledger.adapters.cli_memory import memory_app
-from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
+from ctxledger.adapters.cli_options import EncryptOpt, JsonOpt, StoreOpt
 from ctxledger.adapters.cli_tables import cli_console, show
 from ctxledger.adapters.content_seal import KEY_FILE_ENV, read_key_file
 from ctxledger.adapters.ledger import open_ledger
@@ -129,11 +129,12 @@ def demo(
         ".ctxledger/demo.db"
     ),
     as_json: JsonOpt = False,
+    encrypt: EncryptOpt = None,
 ) -> None:
     """Run the scripted demo session into a fresh SQLite ledger and show the result."""
     from ctxledger.adapters.demo import run_demo
 
-    run_demo(path, console=console, as_json=as_json)
+    run_demo(path, console=console, as_json=as_json, encrypt=encrypt)
 
 
 app.command()(cli_inspect.inspect)

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["JsonOpt", "StoreOpt"]
+__all__ = ["EncryptOpt", "JsonOpt", "StoreOpt"]
 
 StoreOpt = Annotated[
     str,
@@ -17,3 +17,11 @@ StoreOpt = Annotated[
     ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object for machines.")]
+EncryptOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--encrypt/--no-encrypt",
+        help="Seal a new ledger's content under the master key (CTXLEDGER_MASTER_KEY or "
+        "--key-file); default: yes when a master key is configured.",
+    ),
+]

@@ -13,7 +13,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ctxledger.adapters.cli_options import JsonOpt
+from ctxledger.adapters.cli_options import EncryptOpt, JsonOpt
 from ctxledger.adapters.cli_tables import show
 from ctxledger.domain.errors import CtxLedgerError
 
@@ -71,6 +71,7 @@ def simulate(
     ] = "variable",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    encrypt: EncryptOpt = None,
 ) -> None:
     """Replay a recorded agent run turn by turn through one engine and measure its prompts."""
     from ctxledger.adapters.simulate import simulate as run_simulate
@@ -83,6 +84,7 @@ def simulate(
         strategy=strategy,
         store_url=store,
         progress=_progress_wanted(),
+        encrypt=encrypt,
     )
     if as_json:
         _write_json(report.to_dict())

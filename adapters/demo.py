@@ -86,9 +86,11 @@ def _prepare(root: Path) -> tuple[Path, Path, Path]:
     return ledger_path, catalog_path, workspace.resolve()
 
 
-def run_demo(path: Path, *, console: Console, as_json: bool = False) -> dict[str, Any]:
+def run_demo(
+    path: Path, *, console: Console, as_json: bool = False, encrypt: bool | None = None
+) -> dict[str, Any]:
     """Run the scripted session into *path* (its folder also holds the catalog and a tiny
-    demo workspace); everything older there is replaced."""
+    demo workspace); everything older there is replaced. *encrypt*: as ``open_ledger``."""
     ledger_path, catalog_path, workspace = _prepare(path.parent)
     if path.name != "demo.db":
         ledger_path = path
@@ -107,9 +109,11 @@ def run_demo(path: Path, *, console: Console, as_json: bool = False) -> dict[str
         clock=SteppingClock(START, timedelta(seconds=7)),
         settings=EngineSettings(session_id="demo"),
         memory=memory,
+        encrypt=encrypt,
     )
     try:
         summary = _script(engine, workspace, say)
+        summary["encrypted"] = engine.ledger.keyring.encrypted
         engine.checkpoint()
         records = [(r.position, r.event) for r in engine.ledger.read_all()]
     finally:

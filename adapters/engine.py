@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import logging
 import random
 import time
@@ -668,10 +669,34 @@ class ContextEngine:
 
     @checked
     def delete_memory(self, memory_id: str) -> ev.MemoryDeleted:
-        """Erase a memory body under the erasure policy; the event carries the report."""
+        """Erase a memory body under the erasure policy, and the ledger's copy of it: the
+        text of the item(s) it was promoted from is erased too (``erase``) when the ledger
+        encrypts content; otherwise the report names every event that still holds it. The
+        event's ``erasure`` carries the report (JSON; ``ledger`` is the ledger's part)."""
         memory = self._require_memory()
         stream = memory.stream_of(memory_id)
+        sources = sorted(
+            {
+                (r.event.agent_id, r.event.item_id)
+                for r in self.ledger.read_stream(stream)
+                if isinstance(r.event, ev.MemoryPromoted) and r.event.memory_id == memory_id
+            }
+        )
         event = memory.delete(memory_id, now=self._now())
+        ledger: dict[str, Any]
+        if self.ledger.keyring.encrypted:
+            for agent_id, item_id in sources:
+                self.erase(agent_id, item_id, reason=f"memory {memory_id} deleted")
+            ledger = {"erased": [{"agent": a, "item": i} for a, i in sources]}
+        else:
+            ledger = {
+                "copies": [{"agent": a, "item": i} for a, i in sources],
+                "note": "this ledger does not encrypt content: the text stays in the "
+                "ItemRecorded events of these items and cannot be erased from it; ledgers "
+                "created with a master key can (ctxledger erase)",
+            }
+        report = {**json.loads(event.erasure or "{}"), "ledger": ledger}
+        event = msgspec.structs.replace(event, erasure=json.dumps(report, sort_keys=True))
         self._append_memory(stream, event)
         return event
 

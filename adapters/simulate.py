@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import msgspec
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import BuildResult, ContextEngine, EngineSettings
 from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
 from ctxledger.adapters.importers.items import (
@@ -311,8 +312,10 @@ def simulate_trajectory(
     counter: TokenCounter | None = None,
     progress: ProgressFn | None = None,
     on_prompt: PromptHook | None = None,
+    encrypt: bool | None = None,
 ) -> SimulationReport:
-    """Drive one engine through an imported trajectory (see the module docstring)."""
+    """Drive one engine through an imported trajectory (see the module docstring).
+    *encrypt*: content encryption of a new store, as ``open_ledger`` says."""
     if budget <= 0:
         raise BudgetError(f"--budget must be a positive number of tokens, got {budget}")
     if window is not None and window <= 0:
@@ -325,7 +328,7 @@ def simulate_trajectory(
     kwargs: dict[str, Any] = {"clock": clock, "settings": EngineSettings(session_id="simulate")}
     if counter is not None:
         kwargs["counter"] = counter
-    with ContextEngine.open(url, **kwargs) as engine:
+    with open_engine(url, encrypt=encrypt, **kwargs) as engine:
         start_position = engine.ledger.max_position()
         agent = _agent_id(engine, traj, strategy)
         engine.register_agent(
@@ -502,6 +505,7 @@ def simulate(
     store_url: str | None = None,
     progress: bool = False,
     counter: TokenCounter | None = None,
+    encrypt: bool | None = None,
 ) -> SimulationReport:
     """Import *path* and simulate it with one strategy (a progress bar on stderr if asked)."""
     traj = load_trajectory(path, format)
@@ -515,6 +519,7 @@ def simulate(
             store_url=store_url,
             counter=counter,
             progress=update,
+            encrypt=encrypt,
         )
 
 

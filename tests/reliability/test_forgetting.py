@@ -34,7 +34,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.freshness import GitWorktreeProbe
 from ctxledger.adapters.key_table import KeyRow
+from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import AgentIdentity, Layer, Source
@@ -279,3 +282,58 @@ def test_the_key_table_is_apart_from_the_events(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     assert "ctxledger_keys" in tables
+
+
+def _with_memory(url: str, tmp_path: Path, *, encrypt: bool) -> ContextEngine:
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    memory = ProjectMemory(
+        MemoryCatalog.open(tmp_path / "catalog.db"),
+        probe_for=lambda a: GitWorktreeProbe(a.workspace),
+    )
+    engine = open_engine(
+        url,
+        clock=SteppingClock(NOW, timedelta(seconds=1)),
+        master_key=MASTER if encrypt else None,
+        encrypt=encrypt,
+        memory=memory,
+    )
+    engine.register_agent(
+        AgentIdentity(agent_id=AGENT, role="worker", workspace=str(ws), budget=4000)
+    )
+    return engine
+
+
+BODY = "Root cause: the session refresh compares naive and aware datetimes (QWERTY-7731)"
+
+
+def test_deleting_a_memory_erases_the_item_it_came_from(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    engine = _with_memory(f"sqlite:///{path}", tmp_path, encrypt=True)
+    item = engine.record(AGENT, BODY, layer=Layer.L2, source=Source.WORKER_FINDING)
+    memory_id = engine.promote(AGENT, item.id)
+    deleted = engine.delete_memory(memory_id)
+    report = json.loads(deleted.erasure)
+    assert report["ledger"] == {"erased": [{"agent": AGENT, "item": item.id}]}
+    assert engine.pool(AGENT).items[item.id].content.startswith(f"[erased: memory {memory_id}")
+    engine.close()
+    assert engine.memory is not None
+    engine.memory.catalog.close()
+    assert b"QWERTY-7731" not in _sqlite_bytes(path)
+    assert b"QWERTY-7731" not in _sqlite_bytes(tmp_path / "catalog.db")
+
+
+def test_deleting_a_memory_from_a_plain_ledger_says_where_the_text_remains(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.db"
+    engine = _with_memory(f"sqlite:///{path}", tmp_path, encrypt=False)
+    item = engine.record(AGENT, BODY, layer=Layer.L2, source=Source.WORKER_FINDING)
+    memory_id = engine.promote(AGENT, item.id)
+    report = json.loads(engine.delete_memory(memory_id).erasure)
+    assert report["ledger"]["copies"] == [{"agent": AGENT, "item": item.id}]
+    assert "does not encrypt content" in report["ledger"]["note"]
+    engine.close()
+    assert engine.memory is not None
+    engine.memory.catalog.close()
+    assert b"QWERTY-7731" in _sqlite_bytes(path)  # exactly what the report says
