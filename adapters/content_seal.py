@@ -124,6 +124,8 @@ class Keyring:
         self._keys: dict[tuple[str, str], AESGCM | str] = {}
         """(agent, item) → its data key, or the text an erased key's content reads as."""
         self._lock = threading.Lock()
+        self._loaded: set[str] = set()
+        """Agents whose keys were all read (a miss after that is a new item)."""
         if encrypted is False:
             self.encrypted = False
             return
@@ -168,6 +170,7 @@ class Keyring:
         """Every key of *agent_id* into the cache (one read per agent, not per item)."""
         for row in self.table.rows(agent_id):
             self._cache(row)
+        self._loaded.add(agent_id)
 
     def _cache(self, row: KeyRow) -> None:
         key = (row.agent_id, row.item_id)
@@ -177,12 +180,18 @@ class Keyring:
             self._keys[key] = erased_text(row.erased_reason, row.erased_at)
         elif self._master is not None:
             self._keys[key] = AESGCM(self._unwrap(row.wrapped, row.agent_id, row.item_id))
+        else:
+            self._keys[key] = _LOCKED
 
     def _key(self, agent_id: str, item_id: str) -> AESGCM | str | None:
         found = self._keys.get((agent_id, item_id))
         if found is None:
             with self._lock:
-                self._load(agent_id)
+                if agent_id in self._loaded:  # a key another writer made since
+                    for row in self.table.get([(agent_id, item_id)]):
+                        self._cache(row)
+                else:
+                    self._load(agent_id)
             found = self._keys.get((agent_id, item_id))
         return found
 
@@ -192,7 +201,7 @@ class Keyring:
         if not missing:
             return
         with self._lock:
-            for agent in {a for a, _ in missing}:
+            for agent in {a for a, _ in missing} - self._loaded:
                 self._load(agent)
             missing = {w for w in missing if w not in self._keys}
             if not missing:
@@ -205,8 +214,8 @@ class Keyring:
                 wrapped = nonce + self._master.encrypt(nonce, data_key, _aad(agent_id, item_id))
                 rows.append(KeyRow(agent_id, item_id, wrapped))
             self.table.insert(rows)
-            for agent in {a for a, _ in missing}:
-                self._load(agent)  # another writer's key for the same pair wins: read back
+            for row in self.table.get(sorted(missing)):  # another writer's key may have won
+                self._cache(row)
 
     # --- text --------------------------------------------------------------------------------
 
@@ -225,7 +234,7 @@ class Keyring:
             return text
         key = self._key(agent_id, item_id)
         if key is None:
-            return _LOCKED if self._master is None else "[sealed: no key in the key table]"
+            return "[sealed: no key in the key table]"
         if isinstance(key, str):
             return key
         try:
@@ -330,6 +339,7 @@ class Keyring:
             snapshots = [r.item_id for r in self.table.rows("") if r.item_id.startswith(_SNAPSHOT)]
             self.table.destroy("", snapshots, "erase", at)
             self._keys.clear()
+            self._loaded.clear()
         return gone
 
     def erased(self) -> set[tuple[str, str]]:

@@ -11,7 +11,9 @@ stores rows.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 
 __all__ = ["KEYS_TABLE", "KeyRow", "KeyTable", "MemoryKeyTable", "PgKeyTable", "SQLiteKeyTable"]
@@ -35,6 +37,10 @@ class KeyTable(Protocol):
         """Every row (of one agent); ``[]`` when the table does not exist."""
         ...
 
+    def get(self, pairs: Sequence[tuple[str, str]]) -> list[KeyRow]:
+        """The rows of these (agent, item) pairs that exist."""
+        ...
+
     def insert(self, rows: Sequence[KeyRow]) -> None:
         """Insert rows, keeping any row already there for the same (agent, item)."""
         ...
@@ -51,6 +57,8 @@ class KeyTable(Protocol):
         rows (free pages, the write-ahead log)."""
         ...
 
+    def close(self) -> None: ...
+
 
 class MemoryKeyTable:
     def __init__(self) -> None:
@@ -59,6 +67,9 @@ class MemoryKeyTable:
 
     def rows(self, agent_id: str | None = None) -> list[KeyRow]:
         return [r for r in self._rows.values() if agent_id is None or r.agent_id == agent_id]
+
+    def get(self, pairs: Sequence[tuple[str, str]]) -> list[KeyRow]:
+        return [self._rows[p] for p in pairs if p in self._rows]
 
     def insert(self, rows: Sequence[KeyRow]) -> None:
         for row in rows:
@@ -78,6 +89,9 @@ class MemoryKeyTable:
     def wipe(self, projections_table: str) -> None:
         self.wiped()
 
+    def close(self) -> None:
+        return None
+
 
 _CREATE = (
     f"CREATE TABLE IF NOT EXISTS {KEYS_TABLE} (agent_id TEXT NOT NULL, item_id TEXT NOT NULL, "
@@ -88,110 +102,170 @@ _CREATE = (
 
 class SQLiteKeyTable:
     """The key table in the ledger's SQLite file, on a connection of its own (``VACUUM``
-    cannot run inside the event store's transactions; ``secure_delete`` is per connection)."""
+    cannot run inside the event store's transactions; ``secure_delete`` is per connection),
+    opened on first use and kept."""
 
     def __init__(self, path: str) -> None:
         self.path = path
+        self._conn: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._created = False
 
-    def _connect(self) -> sqlite3.Connection:
-        conn = sqlite3.connect(self.path, timeout=60, isolation_level=None)
-        conn.execute("PRAGMA secure_delete=ON")
-        return conn
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._conn is None:
+                conn = sqlite3.connect(
+                    self.path, timeout=60, isolation_level=None, check_same_thread=False
+                )
+                conn.execute("PRAGMA secure_delete=ON")
+                self._conn = conn
+            yield self._conn
 
     def _exists(self, conn: sqlite3.Connection) -> bool:
-        found = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (KEYS_TABLE,)
-        ).fetchone()
-        return found is not None
+        if not self._created:
+            found = conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (KEYS_TABLE,)
+            ).fetchone()
+            self._created = found is not None
+        return self._created
+
+    @staticmethod
+    def _row(r: tuple[Any, ...]) -> KeyRow:
+        agent, item, wrapped, reason, at = r
+        return KeyRow(agent, item, None if wrapped is None else bytes(wrapped), reason, at)
 
     def rows(self, agent_id: str | None = None) -> list[KeyRow]:
-        conn = self._connect()
-        try:
+        sql = f"SELECT agent_id, item_id, wrapped, erased_reason, erased_at FROM {KEYS_TABLE}"
+        with self._connection() as conn:
             if not self._exists(conn):
                 return []
-            sql = f"SELECT agent_id, item_id, wrapped, erased_reason, erased_at FROM {KEYS_TABLE}"
             found = (
                 conn.execute(sql).fetchall()
                 if agent_id is None
                 else conn.execute(sql + " WHERE agent_id=?", (agent_id,)).fetchall()
             )
-        finally:
-            conn.close()
-        return [KeyRow(a, i, None if w is None else bytes(w), r, t) for a, i, w, r, t in found]
+        return [self._row(r) for r in found]
+
+    def get(self, pairs: Sequence[tuple[str, str]]) -> list[KeyRow]:
+        sql = (
+            f"SELECT agent_id, item_id, wrapped, erased_reason, erased_at FROM {KEYS_TABLE} "
+            "WHERE agent_id=? AND item_id=?"
+        )
+        with self._connection() as conn:
+            if not self._exists(conn):
+                return []
+            return [self._row(r) for p in pairs for r in conn.execute(sql, p).fetchall()]
 
     def insert(self, rows: Sequence[KeyRow]) -> None:
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(_CREATE)
-            conn.executemany(
-                f"INSERT OR IGNORE INTO {KEYS_TABLE} VALUES (?,?,?,?,?)", [tuple(r) for r in rows]
-            )
+            try:
+                conn.execute(_CREATE)
+                conn.executemany(
+                    f"INSERT OR IGNORE INTO {KEYS_TABLE} VALUES (?,?,?,?,?)",
+                    [tuple(r) for r in rows],
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
             conn.execute("COMMIT")
-        finally:
-            conn.close()
+            self._created = True
 
     def destroy(
         self, agent_id: str, item_ids: Sequence[str] | None, reason: str, at: str
     ) -> list[str]:
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             if not self._exists(conn):
                 return []
             conn.execute("BEGIN IMMEDIATE")
-            live = [
-                item
-                for (item,) in conn.execute(
-                    f"SELECT item_id FROM {KEYS_TABLE} WHERE agent_id=? AND wrapped IS NOT NULL",
-                    (agent_id,),
+            try:
+                live = [
+                    item
+                    for (item,) in conn.execute(
+                        f"SELECT item_id FROM {KEYS_TABLE} "
+                        "WHERE agent_id=? AND wrapped IS NOT NULL",
+                        (agent_id,),
+                    ).fetchall()
+                    if item_ids is None or item in item_ids
+                ]
+                conn.executemany(
+                    f"UPDATE {KEYS_TABLE} SET wrapped=NULL, erased_reason=?, erased_at=? "
+                    "WHERE agent_id=? AND item_id=?",
+                    [(reason, at, agent_id, item) for item in live],
                 )
-                if item_ids is None or item in item_ids
-            ]
-            conn.executemany(
-                f"UPDATE {KEYS_TABLE} SET wrapped=NULL, erased_reason=?, erased_at=? "
-                "WHERE agent_id=? AND item_id=?",
-                [(reason, at, agent_id, item) for item in live],
-            )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
             conn.execute("COMMIT")
-        finally:
-            conn.close()
         return live
 
     def wipe(self, projections_table: str) -> None:
-        conn = self._connect()
-        try:
+        with self._connection() as conn:
             conn.execute(f"DELETE FROM {projections_table}")
             conn.execute("VACUUM")
             conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        finally:
-            conn.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 class PgKeyTable:
-    """The key table in the ledger's PostgreSQL database (same schema as the events)."""
+    """The key table in the ledger's PostgreSQL database (same schema as the events), on an
+    autocommit connection of its own, opened on first use and kept (dropped after an error)."""
 
     def __init__(self, connect: Callable[[], Any], schema: str) -> None:
         self._connect = connect
         self._schema = schema
+        self._conn: Any = None
+        self._lock = threading.Lock()
+        self._created = False
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        import psycopg
+
+        with self._lock:
+            if self._conn is None or self._conn.closed:
+                self._conn = self._connect()
+            try:
+                yield self._conn
+            except psycopg.OperationalError:
+                self._conn.close()
+                self._conn = None
+                raise
 
     def _table(self, name: str = KEYS_TABLE) -> Any:
         from psycopg.sql import SQL, Identifier
 
         return SQL("{}.{}").format(Identifier(self._schema), Identifier(name))
 
-    def rows(self, agent_id: str | None = None) -> list[KeyRow]:
-        from psycopg.sql import SQL
-
-        with self._connect() as conn:
+    def _exists(self, conn: Any) -> bool:
+        if not self._created:
             found = conn.execute(
                 "SELECT 1 FROM information_schema.tables WHERE table_schema=%s AND table_name=%s",
                 (self._schema, KEYS_TABLE),
             ).fetchone()
-            if found is None:
+            self._created = found is not None
+        return self._created
+
+    def _select(self) -> Any:
+        from psycopg.sql import SQL
+
+        return SQL("SELECT agent_id, item_id, wrapped, erased_reason, erased_at FROM {}").format(
+            self._table()
+        )
+
+    def rows(self, agent_id: str | None = None) -> list[KeyRow]:
+        from psycopg.sql import SQL
+
+        with self._connection() as conn:
+            if not self._exists(conn):
                 return []
-            sql = SQL("SELECT agent_id, item_id, wrapped, erased_reason, erased_at FROM {}").format(
-                self._table()
-            )
+            sql = self._select()
             rows = (
                 conn.execute(sql).fetchall()
                 if agent_id is None
@@ -199,17 +273,28 @@ class PgKeyTable:
             )
         return [KeyRow(a, i, None if w is None else bytes(w), r, t) for a, i, w, r, t in rows]
 
+    def get(self, pairs: Sequence[tuple[str, str]]) -> list[KeyRow]:
+        from psycopg.sql import SQL
+
+        sql = self._select() + SQL(" WHERE agent_id=%s AND item_id=%s")
+        with self._connection() as conn:
+            if not self._exists(conn):
+                return []
+            rows = [r for p in pairs for r in conn.execute(sql, p).fetchall()]
+        return [KeyRow(a, i, None if w is None else bytes(w), r, t) for a, i, w, r, t in rows]
+
     def insert(self, rows: Sequence[KeyRow]) -> None:
         from psycopg.sql import SQL
 
-        with self._connect() as conn, conn.transaction():
-            conn.execute(
-                SQL(
-                    "CREATE TABLE IF NOT EXISTS {} (agent_id text NOT NULL, item_id text NOT "
-                    "NULL, wrapped bytea, erased_reason text NOT NULL DEFAULT '', erased_at "
-                    "text NOT NULL DEFAULT '', PRIMARY KEY (agent_id, item_id))"
-                ).format(self._table())
-            )
+        with self._connection() as conn, conn.transaction():
+            if not self._created:
+                conn.execute(
+                    SQL(
+                        "CREATE TABLE IF NOT EXISTS {} (agent_id text NOT NULL, item_id text "
+                        "NOT NULL, wrapped bytea, erased_reason text NOT NULL DEFAULT '', "
+                        "erased_at text NOT NULL DEFAULT '', PRIMARY KEY (agent_id, item_id))"
+                    ).format(self._table())
+                )
             with conn.cursor() as cur:
                 cur.executemany(
                     SQL("INSERT INTO {} VALUES (%s,%s,%s,%s,%s) ON CONFLICT DO NOTHING").format(
@@ -217,46 +302,54 @@ class PgKeyTable:
                     ),
                     [tuple(r) for r in rows],
                 )
+        self._created = True
 
     def destroy(
         self, agent_id: str, item_ids: Sequence[str] | None, reason: str, at: str
     ) -> list[str]:
         from psycopg.sql import SQL
 
-        if not self.rows(agent_id):
-            return []
-        with self._connect() as conn, conn.transaction():
-            live = [
-                item
-                for (item,) in conn.execute(
-                    SQL(
-                        "SELECT item_id FROM {} WHERE agent_id=%s AND wrapped IS NOT NULL "
-                        "FOR UPDATE"
-                    ).format(self._table()),
-                    (agent_id,),
-                )
-                if item_ids is None or item in item_ids
-            ]
-            with conn.cursor() as cur:
-                cur.executemany(
-                    SQL(
-                        "UPDATE {} SET wrapped=NULL, erased_reason=%s, erased_at=%s "
-                        "WHERE agent_id=%s AND item_id=%s"
-                    ).format(self._table()),
-                    [(reason, at, agent_id, item) for item in live],
-                )
+        with self._connection() as conn:
+            if not self._exists(conn):
+                return []
+            with conn.transaction():
+                live = [
+                    item
+                    for (item,) in conn.execute(
+                        SQL(
+                            "SELECT item_id FROM {} WHERE agent_id=%s AND wrapped IS NOT NULL "
+                            "FOR UPDATE"
+                        ).format(self._table()),
+                        (agent_id,),
+                    ).fetchall()
+                    if item_ids is None or item in item_ids
+                ]
+                with conn.cursor() as cur:
+                    cur.executemany(
+                        SQL(
+                            "UPDATE {} SET wrapped=NULL, erased_reason=%s, erased_at=%s "
+                            "WHERE agent_id=%s AND item_id=%s"
+                        ).format(self._table()),
+                        [(reason, at, agent_id, item) for item in live],
+                    )
         return live
 
     def wipe(self, projections_table: str) -> None:
         from psycopg.sql import SQL
 
-        with self._connect() as conn:  # autocommit: VACUUM runs outside a transaction
+        with self._connection() as conn:  # autocommit: VACUUM runs outside a transaction
             conn.execute(SQL("DELETE FROM {}").format(self._table(projections_table)))
             conn.execute(
                 SQL("VACUUM FULL {}, {}").format(self._table(), self._table(projections_table))
             )
             if _superuser(conn):
                 conn.execute("CHECKPOINT")
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
 
 
 def _superuser(conn: Any) -> bool:

@@ -457,6 +457,7 @@ class Ledger:
     def close(self) -> None:
         if self._locks is not None:
             self._locks.close()
+        self.keyring.table.close()
         self._backend.close()
 
     def __enter__(self) -> Ledger:

@@ -34,6 +34,7 @@ if str(ROOT) not in sys.path:  # run as a script: make the ``bench`` package imp
 
 from bench import report  # noqa: E402
 from bench.build_latency import run_build_latency  # noqa: E402
+from bench.encryption_cost import run_encryption_cost  # noqa: E402
 from bench.growth import run_growth  # noqa: E402
 from bench.ledger_io import (  # noqa: E402
     append_batched,
@@ -65,6 +66,7 @@ SECTIONS = (
     "peers",
     "memory",
     "secrets",
+    "encryption",
 )
 TRAJECTORIES = ROOT.parent / "shared" / "trajectories"
 
@@ -96,6 +98,7 @@ class Config:
     openhands: bool = True
     scale_tenth: bool = True
     secret_kib: int = 512
+    encryption_items: int = 3_000
 
 
 FULL = Config(
@@ -137,6 +140,7 @@ QUICK = Config(
     session_turns=200,
     one_agent_items=4_000,
     secret_kib=16,
+    encryption_items=200,
 )
 
 
@@ -341,6 +345,7 @@ def run(
             ("secrets", lambda: run_secret_scan_cost(
                 cfg.secret_kib, repeat=min(cfg.repeat, 3),
                 trajectories=sorted(p for p in TRAJECTORIES.glob("*") if p.suffix != ".md") if cfg.trajectories and TRAJECTORIES.is_dir() else [])),
+            ("encryption", lambda: run_encryption_cost(cfg.encryption_items, repeat=min(cfg.repeat, 3))),
         ]  # fmt: skip
         for name, fn in steps:
             if name not in sections:

@@ -31,8 +31,9 @@ TINY = dataclasses.replace(
     scale_tenth=False,
     turn_sizes=(40, 80),
     session_turns=12,
+    encryption_items=20,
 )
-SECTIONS = ("turn", "build", "ledger", "scale", "growth", "peers", "memory")
+SECTIONS = ("turn", "build", "ledger", "scale", "growth", "peers", "memory", "encryption")
 
 
 def test_tiny_run_writes_results_and_regenerates_the_doc(tmp_path: Path) -> None:
@@ -58,6 +59,9 @@ def test_tiny_run_writes_results_and_regenerates_the_doc(tmp_path: Path) -> None
     assert {f"ctxledger {s}" for s in strategy_names()} <= set(rows)
     assert rows["append-only transcript"]["objective"] == 1.0
     assert stored["memory"]["items"] == 100
+    assert stored["encryption"]["items"] == 20
+    assert stored["encryption"]["encrypted"]["events"] == stored["encryption"]["plain"]["events"]
+    assert stored["encryption"]["encrypted"]["erase_s"] > 0
     assert {t["target"] for t in stored["targets"]} >= {"batched append / raw sqlite3"}
 
     text = doc.read_text()
