@@ -31,7 +31,7 @@ def erase(
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Erase an agent's recorded text (or one item's) from an encrypted ledger: its keys are
-    destroyed, the events stay and read ``[erased: reason, at]``; read models are rebuilt."""
+    destroyed, the events stay and read "\\[erased: reason, at]"; read models are rebuilt."""
     from ctxledger.adapters.bootstrap import open_engine
 
     engine = open_engine(store, must_exist=True)
@@ -51,4 +51,8 @@ def erase(
         sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     else:
         what = f"item {item}" if item else f"{len(event.items)} items of agent {agent}"
-        console.print(f"erased {what} · reason {reason} · keys destroyed, read models rebuilt")
+        console.print(
+            f"erased {what} · reason {reason} · keys destroyed, read models rebuilt",
+            markup=False,
+            highlight=False,
+        )
