@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple, Protocol
 
+from ctxledger.domain.errors import LedgerUnavailableError
+
 __all__ = ["KEYS_TABLE", "KeyRow", "KeyTable", "MemoryKeyTable", "PgKeyTable", "SQLiteKeyTable"]
 
 KEYS_TABLE = "ctxledger_keys"
@@ -230,13 +232,16 @@ class PgKeyTable:
 
         with self._lock:
             if self._conn is None or self._conn.closed:
-                self._conn = self._connect()
+                try:
+                    self._conn = self._connect()
+                except psycopg.OperationalError as exc:
+                    raise LedgerUnavailableError(f"key table: {exc}") from exc
             try:
                 yield self._conn
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as exc:
                 self._conn.close()
                 self._conn = None
-                raise
+                raise LedgerUnavailableError(f"key table: {exc}") from exc
 
     def _table(self, name: str = KEYS_TABLE) -> Any:
         from psycopg.sql import SQL, Identifier

@@ -38,6 +38,7 @@ from ctxledger.adapters.key_table import KeyTable, MemoryKeyTable, PgKeyTable, S
 from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file
 from ctxledger.adapters.stream_locks import (
     DEFAULT_TIMEOUT_S,
+    UNAVAILABLE_AFTER_S,
     FileStreamLocks,
     LocalStreamLocks,
     PgStreamLocks,
@@ -49,6 +50,7 @@ from ctxledger.domain.errors import (
     ConflictError,
     CtxLedgerError,
     DamagedStreamError,
+    LedgerUnavailableError,
     StoredRowError,
     StoreKindError,
     StoreURLError,
@@ -60,6 +62,7 @@ __all__ = [
     "FROM_ENV",
     "Ledger",
     "LedgerUnavailableError",
+    "UNAVAILABLE_AFTER_S",
     "Page",
     "QUARANTINE_TABLE",
     "Quarantined",
@@ -77,10 +80,6 @@ with their original position, the kind of damage, the reason and when)."""
 _PAGE = 1000
 _HEADS_KEPT = 1024
 _UNREAD: Any = object()
-
-
-class LedgerUnavailableError(CtxLedgerError):
-    """The store could not be opened or reached."""
 
 
 def stream_id_for(session_id: str, agent_id: str) -> str:
@@ -124,6 +123,9 @@ class Quarantined:
 
 class _Backend(Protocol):
     recorder: ApplicationRecorder
+    outages: bool
+    """Whether the store can go away and come back (a server restart): a call that meets a
+    lost connection is then tried again until ``UNAVAILABLE_AFTER_S``."""
 
     def select_rows(
         self, after: int, upto: int | None, limit: int, *, streams: bool
@@ -245,12 +247,7 @@ class Ledger:
                 payload = with_prev(payload, prev, op if not stored else "")
                 stored.append(StoredEvent(stream_id, version, topic, payload))
                 prev = link(topic, version, payload)
-            try:
-                positions = self._call(self._recorder.insert_events, stored)
-            except IntegrityError as exc:
-                if not self._landed(stream_id, expected_version, stored):
-                    raise ConflictError(stream_id, expected_version, "concurrent append") from exc
-                positions = []  # our own commit, acknowledged late: not a conflict
+            positions = self._insert(stream_id, expected_version, stored)
         if not positions or len(positions) != len(stored):
             positions = [0] * len(stored)
         return [
@@ -263,7 +260,7 @@ class Ledger:
         this append's random ``op`` key). A driver that lost the acknowledgement of a COMMIT
         retries the insert, which then hits the (stream, version) key: that is our own
         append, not another writer's, and must not be decided and written again."""
-        rows = self._call(
+        rows = self._call_once(
             self._recorder.select_events,
             stream_id,
             gt=expected_version,
@@ -449,7 +446,7 @@ class Ledger:
         if not entries:
             return 0
         try:
-            moved = int(self._call(self._backend.quarantine, entries, at))
+            moved = int(self._call_once(self._backend.quarantine, entries, at))
         finally:
             self.refresh_quarantine()
         return moved
@@ -468,13 +465,54 @@ class Ledger:
 
     # --- helpers ------------------------------------------------------------------------------
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call_once(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except (CtxLedgerError, IntegrityError):
             raise
         except (PersistenceError, OSError) as exc:
             raise LedgerUnavailableError(f"{self.url}: {exc}") from exc
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """*fn* (a read, or a write that is safe to repeat), tried again while a server that
+        restarts comes back, for at most ``UNAVAILABLE_AFTER_S``."""
+        if not self._backend.outages:
+            return self._call_once(fn, *args, **kwargs)
+        deadline = time.monotonic() + UNAVAILABLE_AFTER_S
+        while True:
+            try:
+                return self._call_once(fn, *args, **kwargs)
+            except LedgerUnavailableError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
+
+    def _insert(
+        self, stream_id: str, expected_version: int, stored: list[StoredEvent]
+    ) -> Sequence[int]:
+        """Insert *stored* once: a connection lost around the COMMIT leaves its outcome
+        unknown, so the ledger looks (once the server answers) whether its own rows landed —
+        the ``op`` key makes them unique — and reports them stored instead of failing a call
+        that succeeded; if they did not land, it inserts them again. Positions are unknown
+        (empty) when the rows were found rather than inserted."""
+        deadline = time.monotonic() + UNAVAILABLE_AFTER_S
+        while True:
+            try:
+                return list(self._call_once(self._recorder.insert_events, stored) or [])
+            except IntegrityError as exc:
+                if not self._landed(stream_id, expected_version, stored):
+                    raise ConflictError(stream_id, expected_version, "concurrent append") from exc
+                return []  # our own commit, acknowledged late: not a conflict
+            except LedgerUnavailableError:
+                if not self._backend.outages or time.monotonic() >= deadline:
+                    raise
+            time.sleep(0.1)
+            try:
+                if self._landed(stream_id, expected_version, stored):
+                    return []
+            except LedgerUnavailableError:
+                if time.monotonic() >= deadline:
+                    raise
 
 
 # --- decoding stored rows ---------------------------------------------------------------------
@@ -570,6 +608,8 @@ def _decode_events(rows: Sequence[Sequence[Any]]) -> list[Event]:
 
 
 class _MemoryBackend:
+    outages = False
+
     def __init__(self) -> None:
         self.recorder: ApplicationRecorder = POPOApplicationRecorder()
         self._projections: dict[str, tuple[int, bytes]] = {}
@@ -616,6 +656,8 @@ class _MemoryBackend:
 
 
 class _SQLiteBackend:
+    outages = False
+
     def __init__(self, path: str) -> None:
         self.path = path
         self.datastore = SQLiteDatastore(
@@ -726,6 +768,8 @@ class _SQLiteBackend:
 
 
 class _PostgresBackend:
+    outages = True
+
     def __init__(self, url: str, *, must_exist: bool = False) -> None:
         from ctxledger.adapters.extras import require_extra
 
@@ -756,7 +800,10 @@ class _PostgresBackend:
                 originator_id_type="text",
                 pool_size=2,
                 max_overflow=4,
-                connect_timeout=10,
+                # the wait for a pooled connection; eventsourcing tries a call 10 times with
+                # 0.2 s pauses, so a server that does not answer fails a call within
+                # UNAVAILABLE_AFTER_S (10 × (wait + 0.2 s))
+                connect_timeout=UNAVAILABLE_AFTER_S / 10 - 0.2,
             )
             recorder = PostgresApplicationRecorder(self.datastore, events_table_name=EVENTS_TABLE)
             if must_exist:  # a reader: never create tables, say what is missing

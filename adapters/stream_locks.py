@@ -21,6 +21,7 @@ underneath, so a writer that does not lock (an older version) is still caught.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import threading
@@ -28,11 +29,21 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ctxledger.domain.errors import ConflictError
+from ctxledger.domain.errors import ConflictError, LedgerUnavailableError
 
-__all__ = ["FileStreamLocks", "LocalStreamLocks", "PgStreamLocks", "StreamLocks"]
+__all__ = [
+    "UNAVAILABLE_AFTER_S",
+    "FileStreamLocks",
+    "LocalStreamLocks",
+    "PgStreamLocks",
+    "StreamLocks",
+]
 
 DEFAULT_TIMEOUT_S = 30.0
+UNAVAILABLE_AFTER_S = 20.0
+"""How long one call to a PostgreSQL ledger waits for a server that does not answer (killed,
+restarting, unreachable) before it raises ``LedgerUnavailableError``: a restart shorter than
+this is waited out and the call goes through."""
 
 
 def _key(stream_id: str) -> int:
@@ -144,6 +155,11 @@ class FileStreamLocks(StreamLocks):
                 self._fd = None
 
 
+def _try_advisory_lock(conn: Any, key: int) -> bool:
+    row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+    return bool(row and row[0])
+
+
 class PgStreamLocks(StreamLocks):
     """Across machines: PostgreSQL advisory locks, on one connection per thread kept open
     (autocommit; session-level locks, released explicitly or when the session ends)."""
@@ -169,20 +185,35 @@ class PgStreamLocks(StreamLocks):
             conn.close()
 
     def _acquire(self, stream_id: str, deadline: float, timeout: float) -> Callable[[], None]:
-        conn = self._conn()
+        import psycopg
+
         key = _key(stream_id)
-
-        def try_once() -> bool:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            return bool(row and row[0])
-
-        try:
-            _poll(try_once, stream_id, deadline, timeout)
-        except ConflictError:
-            raise
-        except Exception:
-            self._drop(conn)  # a broken session holds nothing: start over on the next call
-            raise
+        gone_at: float | None = None
+        while True:
+            conn: Any = None
+            try:
+                conn = self._conn()
+                _poll(
+                    functools.partial(_try_advisory_lock, conn, key), stream_id, deadline, timeout
+                )
+                break
+            except ConflictError:
+                raise
+            except psycopg.OperationalError as exc:  # the server went away (or is restarting)
+                if conn is not None:
+                    self._drop(conn)  # a broken session holds nothing: start over
+                now = time.monotonic()
+                gone_at = now if gone_at is None else gone_at
+                if now - gone_at >= UNAVAILABLE_AFTER_S:
+                    first = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+                    raise LedgerUnavailableError(
+                        f"PostgreSQL did not answer for {UNAVAILABLE_AFTER_S:.0f} s: {first}"
+                    ) from exc
+                time.sleep(0.1)
+            except Exception:
+                if conn is not None:
+                    self._drop(conn)
+                raise
 
         def release() -> None:
             try:

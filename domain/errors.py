@@ -6,6 +6,7 @@ __all__ = [
     "BudgetError",
     "ConflictError",
     "CtxLedgerError",
+    "LedgerUnavailableError",
     "DamagedStreamError",
     "DecodeError",
     "FutureSchemaError",
@@ -199,3 +200,8 @@ class ProtectedTableError(InvalidInputError):
 
 class LegacyImportError(CtxLedgerError):
     """A legacy catalog import failed as a whole and was rolled back."""
+
+
+class LedgerUnavailableError(CtxLedgerError):
+    """The store could not be opened or reached (for PostgreSQL: within
+    ``adapters.stream_locks.UNAVAILABLE_AFTER_S``; shorter outages are waited out)."""

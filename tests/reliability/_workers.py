@@ -153,7 +153,8 @@ def engine_worker(
     results: Any,
 ) -> None:
     """Drive one shared agent through a ContextEngine of this process: record, build, report
-    usage. Counts the ConflictErrors the ledger raised (the engine retries them itself)."""
+    usage. Counts the ConflictErrors the ledger raised (the engine retries them itself) and
+    times each turn (wall seconds, waiting for the other writers included)."""
     try:
         from ctxledger.adapters.clock import SteppingClock
         from ctxledger.adapters.engine import ContextEngine
@@ -189,7 +190,9 @@ def engine_worker(
                         escaped += 1
                         time.sleep(0.001 * (1 + worker))
 
+            latencies: list[float] = []
             for turn in range(turns):
+                started = time.perf_counter()
                 text = f"worker {worker} turn {turn}: output of `make test` " * 3
                 item = again(lambda text=text: engine.record(agent_id, text))
                 recorded.append(item.id)
@@ -199,6 +202,7 @@ def engine_worker(
                         agent_id, {"input_tokens": 500, "output_tokens": 20}
                     )
                 )
-        results.put(("ok", worker, conflicts, recorded, escaped))
+                latencies.append(time.perf_counter() - started)
+        results.put(("ok", worker, conflicts, recorded, escaped, latencies))
     except BaseException as exc:
         results.put(("error", worker, f"{type(exc).__name__}: {exc}", traceback.format_exc()))

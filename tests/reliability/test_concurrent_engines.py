@@ -16,6 +16,7 @@ import pytest
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import replay_states
+from ctxledger.domain.events import ItemRecorded
 from ctxledger.domain.model import AgentIdentity
 from ctxledger.projections.audit import audit
 from ctxledger.projections.catalog import read_models
@@ -23,14 +24,15 @@ from ctxledger.projections.pool import Pool
 from tests.reliability._support import pick, record, rerun
 from tests.reliability._workers import engine_worker
 
-PROCESSES = pick(8, 32)
+PROCESS_COUNTS = pick([8], [8, 32])
 TURNS = pick(25, 300)
 AGENT = "shared-agent"
 
 
+@pytest.mark.parametrize("processes", PROCESS_COUNTS)
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_engines_in_several_processes_share_one_agent(
-    kind: str, request: pytest.FixtureRequest, tmp_path: Path
+    kind: str, processes: int, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     url = (
         f"sqlite:///{tmp_path / 'ledger.db'}"
@@ -40,7 +42,7 @@ def test_engines_in_several_processes_share_one_agent(
     with ContextEngine(open_ledger(url)) as engine:
         engine.register_agent(AgentIdentity(agent_id=AGENT, role="worker", task="T-1"))
     ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
+    barrier = ctx.Barrier(processes)
     results = ctx.Queue()
     procs = [
         ctx.Process(
@@ -48,18 +50,18 @@ def test_engines_in_several_processes_share_one_agent(
             args=(url, w),
             kwargs={"agent_id": AGENT, "turns": TURNS, "barrier": barrier, "results": results},
         )
-        for w in range(PROCESSES)
+        for w in range(processes)
     ]
     started = time.monotonic()
     for p in procs:
         p.start()
     got: list[tuple[Any, ...]] = []
     try:
-        while len(got) < PROCESSES:
+        while len(got) < processes:
             try:
                 item = results.get(timeout=pick(300, 1800))
             except queue.Empty:
-                pytest.fail(f"only {len(got)} of {PROCESSES} engines reported")
+                pytest.fail(f"only {len(got)} of {processes} engines reported")
             if item[0] != "ok":
                 barrier.abort()
                 pytest.fail(f"engine {item[1]} failed: {item[2]}\n{item[3]}")
@@ -73,6 +75,8 @@ def test_engines_in_several_processes_share_one_agent(
     conflicts = sum(g[2] for g in got)
     recorded = {i for g in got for i in g[3]}
     escaped = sum(g[4] for g in got)
+    turn_ms = sorted(1000 * t for g in got for t in g[5])
+    p50, p99 = (turn_ms[min(len(turn_ms) - 1, int(q * len(turn_ms)))] for q in (0.5, 0.99))
 
     with open_ledger(url) as ledger:
         records = [(r.position, r.event) for r in ledger.read_all()]
@@ -84,23 +88,28 @@ def test_engines_in_several_processes_share_one_agent(
     assert escaped == 0, f"{escaped} ConflictError surfaced to the caller"
     pool: Pool = read_models(states).pool
     assert recorded <= set(pool.by_agent[AGENT].items)  # no recorded item lost
-    assert len(recorded) == PROCESSES * TURNS
+    assert len(recorded) == processes * TURNS
+    stored = [e for _, e in records if isinstance(e, ItemRecorded)]
+    assert len(stored) == processes * TURNS, "an item was stored twice"
 
     record(
-        f"concurrent engines · {kind} · one agent",
-        scale=f"{PROCESSES} processes × {TURNS} turns (record, build, usage) on one agent",
+        f"concurrent engines · {kind} · {processes} processes on one agent",
+        scale=f"{processes} processes × {TURNS} turns (record, build, usage) on one agent",
         result=(
-            f"0 lost ({len(recorded)} items), audit clean (0 silent interleaves); {conflicts} "
+            f"0 lost, 0 duplicated ({len(recorded)} items), audit clean (0 silent "
+            f"interleaves); turn p50 {p50:.0f} ms, p99 {p99:.0f} ms (waiting included); {conflicts} "
             f"ConflictError retried by the engine, {escaped} surfaced after its "
             f"{EngineSettings().conflict_retries} attempts and retried by the caller; "
             f"{count} events; {elapsed:.1f}s"
         ),
-        rerun_cmd=rerun("test_concurrent_engines.py") + f" -k {kind}",
-        processes=PROCESSES,
-        turns=PROCESSES * TURNS,
+        rerun_cmd=rerun("test_concurrent_engines.py") + f" -k '{kind} and {processes}'",
+        processes=processes,
+        turns=processes * TURNS,
         conflicts=conflicts,
         surfaced=escaped,
         events=count,
         violations=len(violations),
         seconds=round(elapsed, 2),
+        p50_ms=round(p50, 1),
+        p99_ms=round(p99, 1),
     )
