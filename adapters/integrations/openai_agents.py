@@ -6,6 +6,7 @@ prompt, and sends the agent's own instructions followed by that prompt as the in
 with only the conversation's current turn as input. ``UsageHooks`` reports each model call's
 usage to the engine (``report_usage``). A context-limit error surfaces from ``Runner.run`` as
 the SDK's ``BadRequestError``: pass it to ``engine.on_turn_error`` and run again.
+``LedgerSession`` is a ``Session`` whose conversation history is the agent's pool.
 
     engine = ContextEngine.open("sqlite:///ledger.db")
     run_config = RunConfig(call_model_input_filter=ContextInputFilter(engine, "worker-1"))
@@ -18,6 +19,7 @@ on an event loop that must not block uses ``AsyncContextEngine`` around its own 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,9 +32,11 @@ from ctxledger.adapters.integrations.turns import (
     build_for,
     current_turn,
     record_tool_outputs,
+    tool_item_id,
 )
+from ctxledger.domain.model import Layer, Source
 
-__all__ = ["ContextInputFilter", "UsageHooks"]
+__all__ = ["ContextInputFilter", "LedgerSession", "UsageHooks"]
 
 
 def _field(item: Any, key: str) -> Any:
@@ -92,3 +96,128 @@ class UsageHooks(RunHooks[Any]):
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
         self.engine.report_usage(self.agent_id, response.usage)
+
+
+class LedgerSession:
+    """An Agents SDK ``Session`` whose history is the agent's pool in the ledger, so it
+    survives restarts, is shared by every process on the store, shows in the inspector and
+    replays with everything else.
+
+    ``add_items`` records each conversation item into the pool: a user message as an L1
+    conversation item, an assistant message as an L0 one, a tool call as ``name(arguments)``,
+    a tool output under the same id ``ContextInputFilter`` gives it (recorded once, whichever
+    sees it first), any other item as its JSON. ``get_items`` rebuilds the items from the pool
+    in the order they were added, each tool output right after its call, leaving out what was
+    removed (``pop_item``, ``clear_session``, the inspector's ``remove``). Text is stored as
+    the engine stores it: a secret in a message is redacted under the agent's policy.
+
+    With ``ContextInputFilter`` on the same agent, the model sees the current turn plus the
+    engine's prompt, in which earlier turns compete under the budget like every other item.
+    """
+
+    def __init__(self, engine: ContextEngine, agent_id: str, session_id: str = "") -> None:
+        self.engine = engine
+        self.agent_id = agent_id
+        self.session_id = session_id or agent_id
+        self.session_settings: Any = None
+        self._prefix = f"session:{self.session_id}:"
+
+    def _ids(self) -> list[tuple[int, str, str, str]]:
+        """``(n, kind, call id or "", item id)`` of this session's live items, in the order
+        they were added."""
+        pool = self.engine.pool(self.agent_id)
+        found = []
+        for item_id in pool.items:
+            if item_id.startswith(self._prefix) and item_id not in pool.removed:
+                n, kind, rest = item_id[len(self._prefix) :].split(":", 2)
+                found.append((int(n), kind, rest if kind == "call" else "", item_id))
+        return sorted(found)
+
+    def _remove(self, item_id: str, reason: str) -> None:
+        self.engine.remove(self.agent_id, item_id, reason=reason)
+
+    def _as_items(self) -> list[Any]:
+        pool = self.engine.pool(self.agent_id)
+        out: list[Any] = []
+        for _n, kind, call_id, item_id in self._ids():
+            text = pool.items[item_id].content
+            if kind in ("user", "assistant"):
+                out.append({"role": kind, "content": text})
+            elif kind == "call":
+                name, _, args = text.partition("(")
+                out.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call_id,
+                        "name": name,
+                        "arguments": args[:-1],
+                    }
+                )
+                output = tool_item_id(self.agent_id, call_id)
+                if output in pool.items and output not in pool.removed:
+                    text = pool.items[output].content
+                    out.append({"type": "function_call_output", "call_id": call_id, "output": text})
+            else:
+                out.append(json.loads(text))
+        return out
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        items = self._as_items()
+        return items if limit is None else items[-limit:] if limit > 0 else []
+
+    async def add_items(self, items: list[Any]) -> None:
+        taken = self._ids()
+        n = taken[-1][0] + 1 if taken else 0
+        pool = self.engine.pool(self.agent_id)
+        for item in items:
+            kind, text, extra = _session_entry(item)
+            if kind == "output":
+                call_id, output = extra, text
+                item_id = tool_item_id(self.agent_id, call_id)
+                if output and item_id not in pool.items:
+                    record_tool_outputs(self.engine, self.agent_id, [(call_id, output)])
+                continue
+            if not text:
+                continue
+            item_id = f"{self._prefix}{n:08d}:{kind}:{extra if kind == 'call' else ''}"
+            layer = Layer.L1 if kind == "user" else Layer.L0
+            self.engine.record(
+                self.agent_id, text, layer=layer, source=Source.CONVERSATION, item_id=item_id
+            )
+            n += 1
+
+    async def pop_item(self) -> Any | None:
+        ids = self._ids()
+        if not ids:
+            return None
+        last = self._as_items()[-1]
+        if last.get("type") == "function_call_output":  # the newest item is a call's output
+            self._remove(tool_item_id(self.agent_id, last["call_id"]), "session pop")
+        else:
+            self._remove(ids[-1][3], "session pop")
+        return last
+
+    async def clear_session(self) -> None:
+        for item in self._as_items():
+            if item.get("type") == "function_call_output":
+                self._remove(tool_item_id(self.agent_id, item["call_id"]), "session cleared")
+        for *_, item_id in self._ids():
+            self._remove(item_id, "session cleared")
+
+
+def _session_entry(item: Any) -> tuple[str, str, str]:
+    """``(kind, text, extra)`` of one input item: kind ``user``/``assistant``/``call``/
+    ``output``/``item``; extra is the call id for calls and outputs."""
+    kind = _field(item, "type")
+    role = _field(item, "role")
+    if kind in (None, "message") and role in ("user", "assistant"):
+        content = _field(item, "content")
+        text = content if isinstance(content, str) else _output_text(content)
+        return str(role), text, ""
+    if kind == "function_call":
+        call_id = str(_field(item, "call_id"))
+        return "call", f"{_field(item, 'name')}({_field(item, 'arguments') or ''})", call_id
+    if kind == "function_call_output":
+        return "output", _output_text(_field(item, "output")), str(_field(item, "call_id"))
+    data = item if isinstance(item, Mapping) else getattr(item, "model_dump", lambda: item)()
+    return "item", json.dumps(data, sort_keys=True, default=str), ""

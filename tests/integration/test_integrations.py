@@ -280,3 +280,89 @@ def test_async_engine_runs_a_turn_from_an_event_loop(tmp_path: Path) -> None:
     assert reopened.runner.ahead == 0
     assert len(reopened.pool(AGENT).items) == 6
     reopened.close()
+
+
+SECOND_ASK = "Now add a regression test for the refresh"
+SECOND_ANSWER: dict[str, Any] = {"role": "assistant", "content": "Added test_refresh_timeout."}
+
+
+def test_openai_agents_session_kept_in_the_ledger(tmp_path: Path, httpserver: HTTPServer) -> None:
+    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
+    from openai import AsyncOpenAI
+
+    from ctxledger.adapters.integrations.openai_agents import ContextInputFilter, LedgerSession
+
+    @function_tool
+    def run_tests() -> str:
+        """Run the test suite."""
+        return TOOL_OUTPUT
+
+    _serve_two_turns(httpserver)
+    httpserver.expect_ordered_request("/v1/chat/completions", method="POST").respond_with_json(
+        _completion(SECOND_ANSWER, (700, 600, 9))
+    )
+
+    async def run(engine: ContextEngine, ask: str) -> Any:
+        client = AsyncOpenAI(base_url=httpserver.url_for("/v1"), api_key="test", max_retries=0)
+        agent = Agent(
+            name="worker",
+            instructions="You are a careful engineer.",
+            model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+            tools=[run_tests],
+        )
+        try:
+            return await Runner.run(
+                agent,
+                ask,
+                session=LedgerSession(engine, AGENT, "chat-1"),
+                run_config=RunConfig(
+                    call_model_input_filter=ContextInputFilter(engine, AGENT),
+                    tracing_disabled=True,
+                ),
+            )
+        finally:
+            await client.close()
+
+    path = tmp_path / "session.db"
+    engine = _engine(path)
+    asyncio.run(run(engine, "Fix the failing test"))
+    engine.close()
+    first_turn = [
+        {"role": "user", "content": "Fix the failing test"},
+        {"type": "function_call", "call_id": "call_1", "name": "run_tests", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": TOOL_OUTPUT},
+        {"role": "assistant", "content": ANSWER["content"]},
+    ]
+
+    # a new process: the session is the ledger's, not the first engine's memory
+    engine = ContextEngine(open_ledger(f"sqlite:///{path}"), clock=SteppingClock(NOW, timedelta(0)))
+    session = LedgerSession(engine, AGENT, "chat-1")
+    assert asyncio.run(session.get_items()) == first_turn
+    assert asyncio.run(session.get_items(limit=2)) == first_turn[-2:]
+    assert asyncio.run(LedgerSession(engine, AGENT, "another").get_items()) == []
+
+    result = asyncio.run(run(engine, SECOND_ASK))
+    assert result.final_output == SECOND_ANSWER["content"]
+    third = _bodies(httpserver)[2]
+    # the model got the current turn; the first turn reached it through the engine's prompt
+    assert [m["role"] for m in third["messages"][1:]] == ["user"]
+    assert third["messages"][1]["content"] == SECOND_ASK
+    assert ANSWER["content"] in _system(third)
+    assert TOOL_OUTPUT in _system(third)
+    second_turn = [
+        {"role": "user", "content": SECOND_ASK},
+        {"role": "assistant", "content": SECOND_ANSWER["content"]},
+    ]
+    assert asyncio.run(session.get_items()) == first_turn + second_turn
+
+    assert asyncio.run(session.pop_item()) == second_turn[-1]
+    assert asyncio.run(session.get_items()) == [*first_turn, second_turn[0]]
+    asyncio.run(session.clear_session())
+    assert asyncio.run(session.get_items()) == []
+    assert asyncio.run(session.pop_item()) is None
+    # every step is an event: the removals replay, the pool keeps the objective
+    removed = [r.event for r in engine.ledger.read_all() if isinstance(r.event, ev.ItemRemoved)]
+    assert {e.reason for e in removed} == {"session pop", "session cleared"}
+    assert len(removed) == 6
+    assert list(engine.pool(AGENT).candidates())[0].content == OBJECTIVE
+    engine.close()
