@@ -364,5 +364,5 @@ def test_openai_agents_session_kept_in_the_ledger(tmp_path: Path, httpserver: HT
     removed = [r.event for r in engine.ledger.read_all() if isinstance(r.event, ev.ItemRemoved)]
     assert {e.reason for e in removed} == {"session pop", "session cleared"}
     assert len(removed) == 6
-    assert list(engine.pool(AGENT).candidates())[0].content == OBJECTIVE
+    assert next(iter(engine.pool(AGENT).candidates())).content == OBJECTIVE
     engine.close()
