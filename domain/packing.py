@@ -176,16 +176,16 @@ def _ts(item: Item) -> float:
     return at.timestamp()
 
 
-_statics: dict[int, tuple[Item, int, float]] = memo_table()
+_statics: dict[int, tuple[Item, int, float, str, bool]] = memo_table()
 _STATIC_MAX = 131_072  # above the largest pool: see retrieval._MEMO_MAX
 
 
-def _tier_ts(item: Item) -> tuple[Item, int, float]:
-    """(item, tier, timestamp), memoised per item object (the entry keeps the item alive,
-    so its ``id`` cannot be reused while cached)."""
+def _tier_ts(item: Item) -> tuple[Item, int, float, str, bool]:
+    """(item, tier, timestamp, id, forced), memoised per item object (the entry keeps the
+    item alive, so its ``id`` cannot be reused while cached)."""
     st = _statics.get(id(item))
     if st is None or st[0] is not item:
-        st = (item, priority_tier(item), _ts(item))
+        st = (item, priority_tier(item), _ts(item), item.id, item.pinned or item.mandatory)
         remember(_statics, id(item), st, _STATIC_MAX)
     return st
 
@@ -267,30 +267,31 @@ def _prepare(
     """:func:`prepare`, plus whether the input was already in (-score, id) order."""
     out: list[Candidate] = []
     append = out.append
-    seen: set[str] = set()
-    add = seen.add
-    count = counter.count
     statics = _statics
+    make = Candidate
     ordered = True
     prev_score = float("inf")
     prev_id = ""
+    unique = len({sc.item.id for sc in candidates}) == len(candidates)
+    seen: set[str] = set()
     for index, sc in enumerate(candidates):
         item = sc.item
-        iid = item.id
-        if iid in seen:
-            continue
-        add(iid)
+        st = statics.get(id(item))
+        if st is None or st[0] is not item:
+            st = _tier_ts(item)
+        iid = st[3]
+        if not unique:
+            if iid in seen:
+                continue
+            seen.add(iid)
         score = sc.score
         if ordered and (score > prev_score or (score == prev_score and iid < prev_id)):
             ordered = False
         prev_score, prev_id = score, iid
-        st = statics.get(id(item))
-        if st is None or st[0] is not item:
-            st = _tier_ts(item)
         tokens = item.token_count
         if tokens <= 0:
-            tokens = count(item.content)
-        append(Candidate(item, score, tokens, index, st[1], st[2], item.pinned or item.mandatory))
+            tokens = counter.count(item.content)
+        append(make(item, score, tokens, index, st[1], st[2], st[4]))
     return out, ordered
 
 
@@ -438,6 +439,8 @@ class Accumulator:
 
 _drop_memo: dict[tuple[str, str, int], Decision] = memo_table()
 _DROP_MEMO_MAX = 131_072
+_over_budget: dict[str, Decision] = memo_table()
+"""The latest ``over_budget`` decision per item id: the tail of a build drops thousands."""
 
 
 def _dropped(item_id: str, reason: str, tokens: int) -> Decision:
@@ -764,6 +767,8 @@ def _drop_tail(units: list[Unit], start: int, acc: Accumulator, *, dedupe: bool)
     contents = acc.contents
     decisions = acc.decisions
     truncated = acc.truncated
+    over = _over_budget
+    layers: set[Layer] = set()
     dropped = 0
     for u in units[start:]:
         if type(u) is Candidate:
@@ -776,10 +781,16 @@ def _drop_tail(units: list[Unit], start: int, acc: Accumulator, *, dedupe: bool)
             members = u.members
         for m in members:
             item = m.item
-            decisions[item.id] = _dropped(item.id, OVER_BUDGET, m.tokens)
-            truncated.add(item.layer._value_)
+            iid = item.id
+            d = over.get(iid)
+            if d is None or d.tokens_before != m.tokens:
+                d = _dropped(iid, OVER_BUDGET, m.tokens)
+                remember(over, iid, d, _DROP_MEMO_MAX)
+            decisions[iid] = d
+            layers.add(item.layer)
         dropped += len(members)
     acc.dropped += dropped
+    truncated.update(layer._value_ for layer in layers)
 
 
 def _compress_unit(
