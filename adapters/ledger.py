@@ -59,6 +59,7 @@ from ctxledger.domain.events import EVENT_TYPES, Event
 
 __all__ = [
     "EVENTS_TABLE",
+    "EventStream",
     "FROM_ENV",
     "Ledger",
     "LedgerUnavailableError",
@@ -338,6 +339,14 @@ class Ledger:
                 return
             after = found.last
 
+    def events(self, *, after: int = 0, upto: int | None = None, page: int = _PAGE) -> EventStream:
+        """The log after position *after* (up to *upto*) as one stream of events, each row
+        decoded only when the reader takes it: the replay path of ``replay_states``. Unlike
+        ``read_pages`` no page of decoded events is ever alive at once (a replay folds each
+        event while its bytes are still in the cache). A row that does not decode raises its
+        DecodeError when reached, after the events before it were taken."""
+        return EventStream(self, after, upto, page)
+
     def follow(
         self,
         *,
@@ -602,6 +611,51 @@ def _decode_events(rows: Sequence[Sequence[Any]]) -> list[Event]:
                 pass
         append(_decode_stored(position, topic, state))
     return events
+
+
+class EventStream:
+    """The events of a stretch of the log, read a page of rows at a time and decoded one by
+    one as they are taken (see ``Ledger.events``). ``count`` and ``last`` are the number of
+    events of the pages taken whole and the position of the last of them (*after* before
+    the first page): once the stream is exhausted, every event's."""
+
+    __slots__ = ("_ledger", "_page", "_upto", "count", "last")
+
+    def __init__(self, ledger: Ledger, after: int, upto: int | None, page: int) -> None:
+        self._ledger = ledger
+        self._upto = upto
+        self._page = page
+        self.count = 0
+        self.last = after
+
+    def __iter__(self) -> Iterator[Event]:
+        ledger = self._ledger
+        select = ledger._backend.select_rows
+        keyring = ledger.keyring
+        fast = _FAST_DECODERS
+        page, upto = self._page, self._upto
+        while True:
+            rows = ledger._call(select, self.last, upto, page, streams=False)
+            opened = keyring.open_event if keyring.encrypted else None
+            for position, topic, state in rows:
+                # ``_decode_row`` inlined, as in ``_decode_events``
+                decode = fast.get(topic)
+                event: Event | None = None
+                if decode is not None and type(state) is bytes and len(state) <= _FAST_MAX_BYTES:
+                    try:
+                        event = decode(state)
+                    except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
+                        event = None
+                if event is None:
+                    event = _decode_stored(position, topic, state)
+                if opened is not None:
+                    event = opened(event)
+                yield event
+            if rows:
+                self.count += len(rows)
+                self.last = rows[-1][0]
+            if len(rows) < page:
+                return
 
 
 # --- backends ---------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import msgspec
 from ctxledger.adapters.ledger import Ledger, Page
 from ctxledger.domain.errors import DecodeError
 from ctxledger.domain.events import Event
-from ctxledger.projections.batch import LiveFolds, fold_batch
+from ctxledger.projections.batch import LiveFolds, fold_stream
 from ctxledger.projections.catalog import PROJECTIONS, Projection, ReadModels, read_models
 
 __all__ = ["ProjectionRunner", "decode_state", "encode_state", "gc_paused", "replay_states"]
@@ -62,14 +62,11 @@ def replay_states(
 
     Returns ``(states, events folded, last position)``.
     """
-    states: dict[str, Any] = {p.name: p.initial() for p in projections}
-    count = 0
-    last = 0
+    initial: dict[str, Any] = {p.name: p.initial() for p in projections}
+    stream = ledger.events(upto=upto, page=REPLAY_PAGE)
     with gc_paused():
-        for page in ledger.read_pages(upto=upto, page=REPLAY_PAGE):
-            states = fold_batch(states, page.events, projections)
-            count += len(page.events)
-            last = page.last
+        states = fold_stream(initial, stream, projections)
+    count, last = stream.count, stream.last
     return states, count, last
 
 

@@ -20,7 +20,7 @@ from ctxledger.domain.events import EVENT_TYPES, Event
 from ctxledger.projections.catalog import PROJECTIONS, Projection, ReadModels, read_models
 from ctxledger.projections.drafts import BatchFold, Handlers
 
-__all__ = ["SMALL_BATCH", "LiveFolds", "evolve_each", "fold_batch"]
+__all__ = ["SMALL_BATCH", "LiveFolds", "evolve_each", "fold_batch", "fold_stream"]
 
 S = TypeVar("S", bound=msgspec.Struct)
 
@@ -81,6 +81,26 @@ def _fold(
     for name, fold in folds:
         states[name] = fold.freeze()
     return states
+
+
+def fold_stream(
+    states: dict[str, Any], events: Iterable[Event], projections: Sequence[Projection[Any]]
+) -> dict[str, Any]:
+    """``fold_batch`` of *events* taken one by one from an iterable (a replay's stream of
+    decoded rows), all of them one batch: each projection thaws what it touches once and
+    freezes once after the last event, however long the stream (per-page batches copied a
+    growing agent's dicts once per page: quadratic in one agent's history). Returns a new
+    dict; *states* and what it holds are never mutated."""
+    folds = [(p.name, _batch_fold(p, states[p.name])) for p in projections]
+    dispatch = _dispatch(fold for _, fold in folds)
+    get = dispatch.get
+    for event in events:
+        for handle in get(type(event), ()):
+            handle(event)
+    out = dict(states)
+    for name, fold in folds:
+        out[name] = fold.freeze()
+    return out
 
 
 def _batch_fold(projection: Projection[S], state: S) -> BatchFold[S]:

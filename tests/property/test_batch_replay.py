@@ -21,7 +21,7 @@ from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state,
 from ctxledger.adapters.testing import events
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import AgentIdentity
-from ctxledger.projections.batch import SMALL_BATCH, LiveFolds, fold_batch
+from ctxledger.projections.batch import SMALL_BATCH, LiveFolds, fold_batch, fold_stream
 from ctxledger.projections.catalog import PROJECTIONS, ReadModels, fold_all, read_models
 
 AGENTS = ("a1", "a2")
@@ -118,6 +118,25 @@ def test_live_folds_equal_the_pure_folds_and_never_change_a_snapshot(
         assert encoded == msgspec.json.encode(getattr(fold_all(seq[:upto]), name))
 
 
+@settings(max_examples=150, deadline=None)
+@given(histories(), st.data())
+def test_stream_fold_equals_the_pure_folds_from_any_start(
+    seq: list[ev.Event], data: st.DataObject
+) -> None:
+    """``fold_stream`` (what a replay does: one batch over a stream of events, however long)
+    from the models of any prefix equals the pure folds, and never mutates those models."""
+    cut = data.draw(st.integers(0, len(seq)))
+    chosen = data.draw(st.sampled_from([PROJECTIONS, PROJECTIONS[1::2]]))
+    start = {p.name: getattr(fold_all(seq[:cut]), p.name) for p in chosen}
+    before = {name: msgspec.json.encode(state) for name, state in start.items()}
+    folded = fold_stream(start, (e for e in seq[cut:]), chosen)  # an iterator, not a list
+    assert {name: msgspec.json.encode(state) for name, state in start.items()} == before
+    whole = fold_all(seq)
+    for p in chosen:
+        assert folded[p.name] == getattr(whole, p.name)
+        assert msgspec.json.encode(folded[p.name]) == msgspec.json.encode(getattr(whole, p.name))
+
+
 def test_small_batches_take_the_pure_path_and_agree() -> None:
     # A sanity anchor for the cut-off itself: batches of every size around it agree.
     seq = [ev.AgentRegistered(agent=_identity(f"a{i}"), at=_AT) for i in range(SMALL_BATCH * 2 + 1)]
@@ -144,6 +163,11 @@ def test_paged_replay_and_runner_equal_fold_all_on_a_real_ledger(demo_store: str
         partial, count, last = replay_states(ledger, upto=half)
         assert (count, last) == (half, half)
         assert read_models(partial) == fold_all(log[:half])
+        for page in (1, 7, len(log), len(log) + 1):  # the stream across page boundaries
+            stream = ledger.events(after=3, upto=half, page=page)
+            assert (stream.count, stream.last) == (0, 3)
+            assert list(stream) == log[3:half]
+            assert (stream.count, stream.last) == (half - 3, half)
 
         # A runner folding in pages of 7, saving at the end, then reloaded from the save.
         runner = ProjectionRunner(ledger, batch_size=7)
