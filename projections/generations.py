@@ -236,6 +236,7 @@ class _AgentDraft:
         "decisions",
         "last_request",
         "order",
+        "previous",
         "refresh_streak",
         "scope",
         "settings",
@@ -245,6 +246,12 @@ class _AgentDraft:
     def __init__(self, ag: AgentGenerations) -> None:
         self.agent = ag.agent
         self.closed = Additions(ag.generations[:-1])
+        self.previous: dict[str, Decision] = (
+            ag.generations[-2].decisions if len(ag.generations) > 1 else {}
+        )
+        """The decisions of the last closed generation: an equal decision of the current one
+        shares its object (a rebuild repeats most of them), so kept generations cost a map
+        each, not a decoded copy of every decision."""
         self._open(ag.generations[-1])
         self.settings = ag.settings
         self.last_request = ag.last_request
@@ -264,8 +271,13 @@ class _AgentDraft:
         decisions = self.decisions.edit()
         for item_id in event.retired:
             decisions.pop(item_id, None)
+        previous = self.previous
         for d in event.decisions:
-            decisions[d.item_id] = d
+            same = previous.get(d.item_id)
+            if same is not None and same == d:
+                decisions[same.item_id] = same
+            else:
+                decisions[d.item_id] = d
         if event.retired or event.order_appended:
             order = self.order if self.order is not None else list(self.current.order)
             if event.retired:
@@ -284,7 +296,9 @@ class _AgentDraft:
 
     def start(self, gen: Generation) -> None:
         """Close the current generation and open *gen*."""
-        self.closed.append(self.current_generation())
+        closing = self.current_generation()
+        self.closed.append(closing)
+        self.previous = closing.decisions
         self._open(gen)
 
     def freeze(self) -> AgentGenerations:

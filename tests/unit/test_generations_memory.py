@@ -1,0 +1,40 @@
+"""Kept generations share equal decisions instead of holding a decoded copy of each.
+
+A rebuild repeats most of the previous generation's decisions (the same items dropped over
+budget with the same counts). Each kept generation costs a map, not a new object per decision:
+the replayed read model reuses the previous generation's equal decision.
+"""
+
+from __future__ import annotations
+
+import itertools
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from ctxledger.adapters.clock import SteppingClock
+from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.ledger import open_ledger
+from ctxledger.adapters.projection_runner import replay_states
+from ctxledger.domain.model import AgentIdentity
+
+
+def test_replayed_generations_share_equal_decisions(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    clock = SteppingClock(datetime(2026, 1, 1, tzinfo=UTC), timedelta(milliseconds=10))
+    with ContextEngine(open_ledger(url), clock=clock) as engine:
+        engine.register_agent(AgentIdentity(agent_id="a", role="worker", task="T-1"))
+        for turn in range(120):
+            engine.record("a", f"turn {turn}: output of `make test` " * 3)
+            engine.build("a", budget=300, keywords=("make",))
+    states, _, _ = replay_states(open_ledger(url))
+    gens = states["generations"].by_agent["a"].generations
+    assert len(gens) >= 4, "the small budget should rebuild into several generations"
+    shared = equal = 0
+    for older, newer in itertools.pairwise(gens):
+        for item_id, d in newer.decisions.items():
+            before = older.decisions.get(item_id)
+            if before is not None and before == d:
+                equal += 1
+                shared += d is before
+    assert equal > 100
+    assert shared == equal
