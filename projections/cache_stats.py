@@ -207,11 +207,34 @@ def evolve_cache_stats(state: CacheStats, event: Event) -> CacheStats:
 # --- batch fold ------------------------------------------------------------------------------
 
 
+_SUMS = (
+    "calls",
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "expected_cached_tokens",
+    "shortfall_tokens",
+    "unexpected_misses",
+    "builds",
+    "prompt_bytes",
+    "expected_cached_bytes",
+)
+"""The integer sums of CacheTotals: the same events add to them in all three scopes."""
+
+
 class _TotalsDraft:
     """CacheTotals during a batch: summed in place (``_add_usage``/``_add_build`` build a new
-    struct per event, three times per event: overall, agent, generation)."""
+    struct per event, three times per event: overall, agent, generation).
+
+    Only a generation's draft adds up the integer sums per event; since every event adds the
+    same amounts to its generation, its agent and the overall totals, an agent's sums grow by
+    what its generations' grew, and the overall ones by what every generation's grew: added
+    once, when the batch is frozen (``CacheStatsBatch.freeze``). The segment counts and the
+    last changed segment, which differ between scopes, are kept per event in each scope."""
 
     __slots__ = (
+        "base",
         "builds",
         "cache_read_tokens",
         "cache_write_tokens",
@@ -229,6 +252,8 @@ class _TotalsDraft:
     )
 
     def __init__(self, t: CacheTotals) -> None:
+        self.base = t
+        """The totals this draft started from."""
         self.calls = t.calls
         self.input_tokens = t.input_tokens
         self.cache_read_tokens = t.cache_read_tokens
@@ -244,19 +269,18 @@ class _TotalsDraft:
         self.last_changed_segment = t.last_changed_segment
         self.miss_segments = Thawed(t.miss_segments)
 
-    def freeze(self) -> CacheTotals:
+    def grown(self) -> list[int]:
+        """How much each of the ``_SUMS`` grew since ``base``."""
+        base = self.base
+        return [getattr(self, name) - getattr(base, name) for name in _SUMS]
+
+    def freeze(self, plus: list[int] | None = None) -> CacheTotals:
+        """The totals now, with *plus* (amounts in ``_SUMS`` order) added to the sums."""
+        sums = [getattr(self, name) for name in _SUMS]
+        if plus is not None:
+            sums = [a + b for a, b in zip(sums, plus, strict=True)]
         return CacheTotals(
-            calls=self.calls,
-            input_tokens=self.input_tokens,
-            cache_read_tokens=self.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens,
-            output_tokens=self.output_tokens,
-            expected_cached_tokens=self.expected_cached_tokens,
-            shortfall_tokens=self.shortfall_tokens,
-            unexpected_misses=self.unexpected_misses,
-            builds=self.builds,
-            prompt_bytes=self.prompt_bytes,
-            expected_cached_bytes=self.expected_cached_bytes,
+            **dict(zip(_SUMS, sums, strict=True)),
             changed_segments=self.changed_segments.current,
             last_changed_segment=self.last_changed_segment,
             miss_segments=self.miss_segments.current,
@@ -280,16 +304,24 @@ class CacheStatsBatch:
 
     def freeze(self) -> CacheStats:
         by_generation = self.frozen_generations
+        overall = [0] * len(_SUMS)
+        by_agent: dict[str, list[int]] = {}
         if self.generations:
             by_generation = dict(by_generation)
             for agent_id, drafts in self.generations.items():
                 per_gen = dict(by_generation.get(agent_id, {}))
+                agent = by_agent[agent_id] = [0] * len(_SUMS)
                 for number, draft in drafts.items():
                     per_gen[number] = draft.freeze()
+                    for i, grew in enumerate(draft.grown()):
+                        agent[i] += grew
+                        overall[i] += grew
                 by_generation[agent_id] = per_gen
         return CacheStats(
-            overall=self.overall.freeze(),
-            by_agent=self.agents.freeze(_TotalsDraft.freeze),
+            overall=self.overall.freeze(overall),
+            by_agent=self.agents.freeze_each(
+                lambda agent_id, draft: draft.freeze(by_agent.get(agent_id))
+            ),
             by_generation=by_generation,
         )
 
@@ -305,35 +337,47 @@ class CacheStatsBatch:
         return draft
 
     def _scopes(self, agent_id: str, generation: int) -> tuple[_TotalsDraft, ...]:
-        """The totals one event adds to: overall, its agent's, its generation's."""
-        return (self.overall, self.agents.put(agent_id), self._generation(agent_id, generation))
+        """The totals one event adds to: overall, its agent's, its generation's (the drafts
+        already open looked up inline: this runs for every usage and build event)."""
+        agent = self.agents.drafts.get(agent_id)
+        if agent is None:
+            agent = self.agents.put(agent_id)
+        drafts = self.generations.get(agent_id)
+        draft = drafts.get(generation) if drafts is not None else None
+        if draft is None:
+            draft = self._generation(agent_id, generation)
+        return (self.overall, agent, draft)
 
     def usage(self, e: CacheUsageRecorded) -> None:
-        """``_add_usage`` in place, in every scope of the event."""
-        miss = is_unexpected_miss(e.expected_cached_tokens, e.cache_read_tokens)
+        """``_add_usage`` in place: the sums in the generation's draft (see ``_TotalsDraft``),
+        an unexpected miss in every scope, by the segment that scope saw change last."""
+        scopes = self._scopes(e.agent_id, e.generation)
+        g = scopes[2]
         read, expected = e.cache_read_tokens, e.expected_cached_tokens
-        shortfall = expected - read if expected > read else 0
-        for t in self._scopes(e.agent_id, e.generation):
-            if miss:
+        if is_unexpected_miss(expected, read):
+            for t in scopes:
                 key = t.last_changed_segment or "none"
                 misses = t.miss_segments.edit()
                 misses[key] = misses.get(key, 0) + 1
-                t.unexpected_misses += 1
-            t.calls += 1
-            t.input_tokens += e.input_tokens
-            t.cache_read_tokens += read
-            t.cache_write_tokens += e.cache_write_tokens
-            t.output_tokens += e.output_tokens
-            t.expected_cached_tokens += expected
-            t.shortfall_tokens += shortfall
+            g.unexpected_misses += 1
+        g.calls += 1
+        g.input_tokens += e.input_tokens
+        g.cache_read_tokens += read
+        g.cache_write_tokens += e.cache_write_tokens
+        g.output_tokens += e.output_tokens
+        g.expected_cached_tokens += expected
+        g.shortfall_tokens += expected - read if expected > read else 0
 
     def built(self, e: ContextPackBuilt) -> None:
-        """``_add_build`` in place, in every scope of the event."""
+        """``_add_build`` in place: the sums in the generation's draft (see ``_TotalsDraft``),
+        the changed segment in every scope."""
+        scopes = self._scopes(e.agent_id, e.generation)
+        g = scopes[2]
+        g.builds += 1
+        g.prompt_bytes += e.prompt_bytes
+        g.expected_cached_bytes += e.expected_cached_bytes
         segment = e.changed_segment
-        for t in self._scopes(e.agent_id, e.generation):
-            t.builds += 1
-            t.prompt_bytes += e.prompt_bytes
-            t.expected_cached_bytes += e.expected_cached_bytes
+        for t in scopes:
             if segment:
                 changed = t.changed_segments.edit()
                 changed[segment] = changed.get(segment, 0) + 1

@@ -158,6 +158,7 @@ class ContextStatesBatch:
 
     def __init__(self, state: ContextStates) -> None:
         self.agents = AgentDrafts(state.by_agent, _StateDraft, ContextState)
+        self._opened = self.agents.drafts.get
         self.building = Thawed(state.building)
 
     def handlers(self) -> Handlers:
@@ -177,13 +178,18 @@ class ContextStatesBatch:
         """The agent's build is over: no longer in flight."""
         if agent_id in self.building.current:
             del self.building.edit()[agent_id]
-        draft = self.agents.put(agent_id)
+        draft = self._opened(agent_id)
+        if draft is None:
+            draft = self.agents.put(agent_id)
         draft.building_in_progress = False
         return draft
 
     def started(self, event: ContextBuildingStarted) -> None:
         self.building.edit()[event.agent_id] = event.pack_id
-        self.agents.put(event.agent_id).building_in_progress = True
+        draft = self._opened(event.agent_id)
+        if draft is None:
+            draft = self.agents.put(event.agent_id)
+        draft.building_in_progress = True
 
     def built(self, event: ContextPackBuilt) -> None:
         draft = self._finished(event.agent_id)

@@ -184,6 +184,7 @@ class _IndicatorsDraft:
     __slots__ = (
         "builds_since_progress",
         "failed_signatures",
+        "obsolete_known",
         "obsolete_phase_items",
         "phase",
         "phases",
@@ -207,6 +208,9 @@ class _IndicatorsDraft:
         self.signatures = Thawed(a.signatures)
         self.failed_signatures = Thawed(a.failed_signatures)
         self.phases = Thawed(a.phases)
+        self.obsolete_known = False
+        """``obsolete_phase_items`` is ``_obsolete(phases, phase)``, computed by this batch
+        (so a recording can add to it instead of summing the phases again)."""
 
     def freeze(self) -> AgentIndicators:
         return AgentIndicators(
@@ -229,6 +233,7 @@ class GcIndicatorsBatch:
 
     def __init__(self, state: GcIndicators) -> None:
         self.agents = AgentDrafts(state.by_agent, _IndicatorsDraft, AgentIndicators)
+        self._opened = self.agents.drafts.get
 
     def handlers(self) -> Handlers:
         return {
@@ -243,7 +248,9 @@ class GcIndicatorsBatch:
         return GcIndicators(by_agent=self.agents.freeze(_IndicatorsDraft.freeze))
 
     def item_recorded(self, event: ItemRecorded) -> None:
-        a = self.agents.put(event.agent_id)
+        a = self._opened(event.agent_id)
+        if a is None:
+            a = self.agents.put(event.agent_id)
         item = event.item
         sig = item.tool_signature
         if sig:
@@ -252,9 +259,14 @@ class GcIndicatorsBatch:
             if item.failure:
                 a.repeated_failed_edits += sig in a.failed_signatures.current
                 _count(a.failed_signatures, sig)
-        if item.phase:
-            _count(a.phases, item.phase)
-        a.obsolete_phase_items = _obsolete(a.phases.current, a.phase)
+        phase = item.phase
+        if phase:
+            _count(a.phases, phase)
+        if not a.obsolete_known:
+            a.obsolete_phase_items = _obsolete(a.phases.current, a.phase)
+            a.obsolete_known = True
+        elif phase and a.phase and phase != a.phase:  # one more item of an earlier phase
+            a.obsolete_phase_items += 1
         tokens = item.token_count
         a.recorded_tokens += tokens
         if item.source in _TRANSCRIPT or item.layer == Layer.L4:
@@ -263,7 +275,9 @@ class GcIndicatorsBatch:
             a.builds_since_progress = 0
 
     def pack_built(self, event: ContextPackBuilt) -> None:
-        a = self.agents.put(event.agent_id)
+        a = self._opened(event.agent_id)
+        if a is None:
+            a = self.agents.put(event.agent_id)
         a.utilization = event.budget_used / event.budget_limit if event.budget_limit else 0.0
         a.builds_since_progress += 1
 
@@ -278,6 +292,7 @@ class GcIndicatorsBatch:
             return
         a.phase = phase
         a.obsolete_phase_items = _obsolete(a.phases.current, phase)
+        a.obsolete_known = True
 
     def generation_refreshed(self, event: GenerationRefreshed) -> None:
         self._enter_phase(event.agent_id, event.phase)

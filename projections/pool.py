@@ -298,13 +298,21 @@ class _PoolDraft:
         return self.items
 
     def record(self, item: Item) -> None:
-        """``_record`` in place."""
+        """``_record`` in place (``edit_items`` and ``touch`` inlined: this runs once per
+        recorded item of a replay)."""
         item_id = item.id
-        items = self.edit_items()
+        if not self._recordings_copied:
+            self.edit_items()
+        items, seen = self.items, self.seen
         n = self.recorded = self.recorded + 1
-        seen = self.seen
         seen[item_id] = seen.get(item_id, 0) + 1
-        self.touch(item_id)
+        touched = self.touched
+        added = touched.added
+        if len(touched.frozen) + len(added) >= TOUCHED_MAX:
+            self.touched = Additions(())
+            self.touched_since = ""
+        else:
+            added.append(item_id)
         if item_id not in items:
             items[item_id] = item
             self.seq[item_id] = n
@@ -330,6 +338,7 @@ class PoolBatch:
 
     def __init__(self, state: Pool) -> None:
         self.agents = AgentDrafts(state.by_agent, _PoolDraft, AgentPool)
+        self._opened = self.agents.drafts.get
 
     def handlers(self) -> Handlers:
         return {
@@ -355,7 +364,10 @@ class PoolBatch:
         item = event.item
         if item.source is Source.STEERING_NOTE:
             item = steering_form(item)
-        self.agents.put(event.agent_id).record(item)
+        pool = self._opened(event.agent_id)
+        if pool is None:
+            pool = self.agents.put(event.agent_id)
+        pool.record(item)
 
     def steering_note_added(self, event: SteeringNoteAdded) -> None:
         self.agents.put(event.agent_id).record(steering_form(event.item))

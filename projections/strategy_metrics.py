@@ -212,6 +212,7 @@ class StrategyMetricsBatch:
 
     def __init__(self, state: StrategyMetrics) -> None:
         self.agents = AgentDrafts(state.by_agent, _MetricsDraft, AgentStrategyMetrics)
+        self._opened = self.agents.drafts.get
 
     def handlers(self) -> Handlers:
         return {
@@ -229,11 +230,14 @@ class StrategyMetricsBatch:
         self.agents.put(event.agent.agent_id)
 
     def pack_built(self, event: ContextPackBuilt) -> None:
-        m = self.agents.put(event.agent_id)
+        m = self._opened(event.agent_id)
+        if m is None:
+            m = self.agents.put(event.agent_id)
         m.strategy = event.strategy
         m.builds += 1
-        m.tokens_total += event.budget_used
-        m.tokens_max = max(m.tokens_max, event.budget_used)
+        used = event.budget_used
+        m.tokens_total += used
+        m.tokens_max = max(m.tokens_max, used)
 
     def generation_refreshed(self, event: GenerationRefreshed) -> None:
         m = self.agents.put(event.agent_id)
