@@ -156,23 +156,38 @@ class LiveFolds:
             kind: tuple(p.name for p in projections if kind in p.acts_on)
             for kind in EVENT_TYPES.values()
         }
+        self._table: dict[type[Any], tuple[Callable[[Any], None], ...]] = {}
+        """Event type → the handlers of the open folds acting on it: filled as events of a
+        type arrive (opening those folds), emptied whenever a fold is frozen."""
+
+    def _handlers(self, kind: type[Any]) -> tuple[Callable[[Any], None], ...]:
+        """The handlers for *kind*, opening the folds acting on it that are not open."""
+        opened, frozen = self._open, self._frozen
+        handles = []
+        for name in self._route.get(kind, ()):
+            entry = opened.get(name)
+            if entry is None:
+                fold = _batch_fold(self._projections[name], frozen[name])
+                entry = opened[name] = (fold, fold.handlers())
+            handles.append(entry[1][kind])
+        found = self._table[kind] = tuple(handles)
+        return found
 
     def feed(self, events: Iterable[Event]) -> None:
         """Fold *events*, in log order, into the open folds (opening them as needed)."""
-        route, opened, frozen = self._route, self._open, self._frozen
+        table = self._table
         for event in events:
-            kind = type(event)
-            for name in route.get(kind, ()):
-                entry = opened.get(name)
-                if entry is None:
-                    fold = _batch_fold(self._projections[name], frozen[name])
-                    entry = opened[name] = (fold, fold.handlers())
-                entry[1][kind](event)
+            handles = table.get(type(event))
+            if handles is None:
+                handles = self._handlers(type(event))
+            for handle in handles:
+                handle(event)
 
     def get(self, name: str) -> Any:
         """One projection's model now (freezing its open fold, if any)."""
         entry = self._open.pop(name, None)
         if entry is not None:
+            self._table.clear()  # some of its handlers belong to the fold just frozen
             self._frozen[name] = entry[0].freeze()
         return self._frozen[name]
 
