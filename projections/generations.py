@@ -224,18 +224,23 @@ def evolve_generations(state: Generations, event: Event) -> Generations:
 
 
 class _AgentDraft:
-    """One agent during a batch. The current generation's scalars live in ``current`` (a
-    frozen Generation replaced per build, cheap); its growing parts — the decisions and the
-    order, copied per build by the pure fold — are edited in place and joined to it once, when
-    the generation closes or the batch ends."""
+    """One agent during a batch. The current generation is ``current`` (a frozen Generation)
+    plus what the batch did to it since: its growing parts — the decisions and the order,
+    copied per build by the pure fold — edited in place, and its pack figures as the last
+    build left them (``packed_by``, ``builds_added``, ``points_added``: the pure fold builds
+    a new Generation per build). They are joined to it once, when the generation closes or
+    the batch ends (``current_generation``)."""
 
     __slots__ = (
         "agent",
+        "builds_added",
         "closed",
         "current",
         "decisions",
         "last_request",
         "order",
+        "packed_by",
+        "points_added",
         "previous",
         "refresh_streak",
         "scope",
@@ -264,6 +269,11 @@ class _AgentDraft:
         self.decisions: Thawed[str, Decision] = Thawed(gen.decisions)
         self.order: list[str] | None = None
         """The current generation's order once this batch changed it (None: unchanged)."""
+        self.packed_by: ContextPackBuilt | None = None
+        """The last pack of ``current`` folded since it was made (its figures are the
+        generation's: ``_packed``), or None."""
+        self.builds_added = 0
+        self.points_added = 0
 
     def built(self, event: ContextPackBuilt) -> None:
         """A pack of the current generation: ``apply_decision_delta`` and ``_next_order`` in
@@ -287,7 +297,19 @@ class _AgentDraft:
             self.order = order
 
     def current_generation(self) -> Generation:
-        """The current generation with its decisions and order as of now."""
+        """The current generation with its pack figures, decisions and order as of now."""
+        if self.packed_by is not None or self.points_added:
+            gen = self.current
+            if self.packed_by is not None:  # ``_packed`` of the last pack, every build counted
+                gen = _packed(gen, self.packed_by)
+                if self.builds_added > 1:
+                    gen = msgspec.structs.replace(gen, builds=gen.builds + self.builds_added - 1)
+            if self.points_added:
+                points = gen.decision_points + self.points_added
+                gen = msgspec.structs.replace(gen, decision_points=points)
+            self.current = gen
+            self.packed_by = None
+            self.builds_added = self.points_added = 0
         gen = self.current
         order = gen.order if self.order is None else tuple(self.order)
         if self.decisions.current is gen.decisions and order is gen.order:
@@ -318,6 +340,7 @@ class GenerationsBatch:
 
     def __init__(self, state: Generations) -> None:
         self.agents = AgentDrafts(state.by_agent, _AgentDraft)
+        self._opened = self.agents.drafts.get
 
     def handlers(self) -> Handlers:
         return {
@@ -367,16 +390,19 @@ class GenerationsBatch:
             ag.refresh_streak = 0
 
     def pack_built(self, event: ContextPackBuilt) -> None:
-        ag = self.agents.get(event.agent_id)
+        ag = self._opened(event.agent_id)
+        if ag is None:
+            ag = self.agents.get(event.agent_id)
         if ag is None or event.generation != ag.current.number:
             return
-        cur = ag.current
         if event.purpose == "decision_point":  # a view of its own: the prompt is unchanged
-            ag.current = msgspec.structs.replace(cur, decision_points=cur.decision_points + 1)
+            ag.points_added += 1
             return
-        ag.current = _packed(cur, event)
+        first = ag.current.builds + ag.builds_added == 0
+        ag.packed_by = event  # ``_packed``, made once when the generation is read
+        ag.builds_added += 1
         ag.built(event)
-        if cur.builds == 0:  # the generation's first pack fixes its scope
+        if first:  # the generation's first pack fixes its scope
             ag.scope = ag.last_request.scope if ag.last_request is not None else Scope()
 
     def refreshed(self, event: GenerationRefreshed) -> None:

@@ -47,6 +47,10 @@ def _retarget(event: ev.Event, data: st.DataObject, recorded: list[str]) -> ev.E
         changes["item_id"] = data.draw(st.sampled_from(recorded))
     if isinstance(event, ev.GenerationRefreshed) and recorded:
         changes["dropped"] = tuple(data.draw(st.lists(st.sampled_from(recorded), max_size=3)))
+    if isinstance(event, ev.ContextPackBuilt):
+        # packs of the agent's first generations (others are ignored) and decision points
+        changes["generation"] = data.draw(st.sampled_from([1, 1, 2, event.generation]))
+        changes["purpose"] = data.draw(st.sampled_from(["", "decision_point", event.purpose]))
     if isinstance(event, (ev.ItemRecorded, ev.SteeringNoteAdded)):
         recorded.append(event.item.id)
     return msgspec.structs.replace(event, **changes) if changes else event
