@@ -51,6 +51,8 @@ _ANTHROPIC_WITH_OUTPUT = re.compile(r"(\d[\d,]*) \+ (\d[\d,]*) > (\d[\d,]*)")
 _ANTHROPIC_SIZES = re.compile(r"(\d[\d,]*) tokens? > (\d[\d,]*)(?: tokens?)? maximum")
 _OPENAI_LIMIT = re.compile(r"maximum context length is (\d[\d,]*) tokens")
 _OPENAI_PROMPT = re.compile(r"(?:resulted in|requested|you requested) (\d[\d,]*) tokens")
+_LITELLM_ROUTER = re.compile(r"Max Input Tokens=(\d[\d,]*), Got=(\d[\d,]*)")
+"""LiteLLM Router's own pre-call check: "… Model=gpt-4.1, Max Input Tokens=8192, Got=9000"."""
 
 
 def _num(text: str) -> int:
@@ -67,6 +69,9 @@ def _sizes(message: str) -> tuple[int, int, int]:
     m = _ANTHROPIC_SIZES.search(message)
     if m:
         return _num(m.group(1)), _num(m.group(2)), 0
+    m = _LITELLM_ROUTER.search(message)
+    if m:
+        return _num(m.group(2)), _num(m.group(1)), 0
     limit = _OPENAI_LIMIT.search(message)
     prompt = _OPENAI_PROMPT.search(message)
     return (_num(prompt.group(1)) if prompt else 0, _num(limit.group(1)) if limit else 0, 0)
