@@ -6,6 +6,7 @@ audit of the log is clean)."""
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import time
 from pathlib import Path
@@ -25,10 +26,11 @@ from tests.reliability._support import pick, record, rerun
 from tests.reliability._workers import engine_worker
 
 PROCESS_COUNTS = pick([8], [8, 32])
-ALL_TURNS = pick(200, 2400)
+ALL_TURNS = int(os.environ.get("CTXLEDGER_ENGINE_TURNS", "0")) or pick(200, 2400)
 """Turns of the whole run, shared by the processes: the agent ends with as many items whatever
 the process count (each engine process folds all of them: 32 processes × 300 turns each held
-~1 GB per process and ran a 24 GB machine out of memory; docs/reliability.md says why)."""
+~1 GB per process and ran a 24 GB machine out of memory; docs/reliability.md says why).
+``CTXLEDGER_ENGINE_TURNS`` sets another total (9600: 300 turns each for 32 processes)."""
 AGENT = "shared-agent"
 
 
