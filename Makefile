@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test lint typecheck imports unit soak bench bench-docs bench-peers docs-check docs-tables clean
+.PHONY: install demo test lint typecheck imports unit soak bench bench-docs bench-peers docs-check docs-tables min-versions clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,15 @@ lint: install
 
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# Every direct dependency at the lowest version pyproject.toml allows (uv's lowest-direct
+# resolution, in .venv-min), then the unit, property and integration tests: the lower bounds
+# are versions that work, not guesses.
+min-versions: install
+	rm -rf .venv-min
+	$(BIN)/uv venv -q -p $(BIN)/python .venv-min
+	$(BIN)/uv pip install -q --python .venv-min/bin/python --resolution lowest-direct -e ".[all,dev]"
+	.venv-min/bin/python -m pytest -q -p no:cacheprovider tests/unit tests/property tests/integration
 
 typecheck: install
 	$(BIN)/mypy
@@ -76,4 +85,4 @@ bench-peers: install
 	$(VENV)/peers/bin/pip install -q "openhands-ai==0.62.0"
 
 clean:
-	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache .ctxledger
+	rm -rf $(VENV) .venv-min build *.egg-info .mypy_cache .ruff_cache .ctxledger

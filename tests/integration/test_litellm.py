@@ -222,7 +222,7 @@ def test_anthropic_route_turn_keeps_the_breakpoints(
     assert [m["role"] for m in body["messages"]] == ["user"]
     assert body["messages"][0]["content"] == [{"type": "text", "text": ASK["content"]}]
     # LiteLLM's Usage: prompt_tokens = 40 + 1200 + 3000 with Anthropic's cache fields beside
-    # (from litellm 1.77.3; 1.77.2 left the 1200 written out: the extra's lower bound)
+    # (from litellm 1.77.3; 1.77.2 left the 1200 written out)
     assert response.usage.prompt_tokens == 4240
     assert (event.provider, event.input_tokens) == ("anthropic", 40)
     assert (event.cache_read_tokens, event.cache_write_tokens, event.output_tokens) == (
