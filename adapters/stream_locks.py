@@ -5,10 +5,19 @@ written) but under contention it surfaces as errors: with 8 processes on one age
 the calls failed after their retries. Serialising the decide-and-append section where the
 store can do it turns those conflicts into short waits:
 
-- SQLite: a POSIX byte-range lock (``fcntl.lockf``) per stream on a sidecar file next to the
-  database (``<db>-locks``; created by the first writer, never by a reader), plus a lock per
-  stream inside the process (POSIX locks belong to the process, not the thread);
-- PostgreSQL: a session-level advisory lock per stream on a connection held for the section;
+- SQLite: a ticket lock per stream in a sidecar file next to the database (``<db>-locks``;
+  created by the first writer, never by a reader): a writer draws the next ticket and waits
+  until the stream serves it, so writers are served first come, first served (a polling
+  try-lock let the process that just released a stream take it again before any sleeping
+  waiter woke: with 32 processes on one agent, 75 of 9,600 turns waited past the deadline).
+  The counters are file bytes guarded by a POSIX byte-range lock (``fcntl.lockf``); each
+  ticket's owner holds a byte-range lock on its ticket's byte while it waits and holds, so a
+  waiter that finds the ticket being served unowned (its process died, or it gave up at its
+  deadline) moves the stream past it. Inside the process one lock per stream and database
+  file (POSIX locks belong to the process, not the thread or the open file);
+- PostgreSQL: a session-level advisory lock per stream on a connection held for the section,
+  waited for in the server (``pg_advisory_lock`` under ``lock_timeout``), whose lock queue
+  serves waiters in order;
 - memory: a lock per stream.
 
 Locks are re-entrant within a thread (a build holds its stream across its two commits, and
@@ -24,6 +33,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -66,28 +76,33 @@ class StreamLocks:
                 lock = self._local[stream_id] = threading.RLock()
             return lock
 
+    def _name(self, stream_id: str) -> str:
+        """What re-entrancy and the in-process lock are keyed by (the stream by default)."""
+        return stream_id
+
     @contextlib.contextmanager
     def hold(self, stream_id: str, timeout: float = DEFAULT_TIMEOUT_S) -> Iterator[None]:
         """Hold *stream_id* for the block (waiting at most *timeout* seconds)."""
         held: dict[str, int] = self._held.__dict__.setdefault("streams", {})
-        if held.get(stream_id):
-            held[stream_id] += 1
+        name = self._name(stream_id)
+        if held.get(name):
+            held[name] += 1
             try:
                 yield
             finally:
-                held[stream_id] -= 1
+                held[name] -= 1
             return
         deadline = time.monotonic() + timeout
-        local = self._rlock(stream_id)
+        local = self._rlock(name)
         if not local.acquire(timeout=max(0.0, timeout)):
             raise _timed_out(stream_id, timeout)
         try:
             release = self._acquire(stream_id, deadline, timeout)
-            held[stream_id] = 1
+            held[name] = 1
             try:
                 yield
             finally:
-                held[stream_id] = 0
+                held[name] = 0
                 release()
         finally:
             local.release()
@@ -103,61 +118,222 @@ def _timed_out(stream_id: str, timeout: float) -> ConflictError:
     return ConflictError(stream_id, -1, f"another writer held the stream for {timeout:g} s")
 
 
-def _poll(try_once: Callable[[], bool], stream_id: str, deadline: float, timeout: float) -> None:
-    """Call *try_once* until it succeeds, backing off (jittered, up to 50 ms) until *deadline*."""
-    pause = 0.0005
-    while not try_once():
-        now = time.monotonic()
-        if now >= deadline:
-            raise _timed_out(stream_id, timeout)
-        time.sleep(min(pause, deadline - now) * (0.5 + 0.5 * (os.getpid() % 7) / 7))
-        pause = min(pause * 2, 0.05)
-
-
 class LocalStreamLocks(StreamLocks):
     """Within one process (the memory store)."""
 
 
+_SLOTS = 1 << 20
+"""Streams are hashed into this many ticket queues (two streams sharing one share a queue:
+still exclusive, and a thread holding one re-enters the other)."""
+_TICKET_BYTES = 4096
+"""Ticket bytes per queue: the byte of ticket *t* is ``t % _TICKET_BYTES`` (more waiters than
+this on one stream would skip the tickets whose byte is still held)."""
+_GUARD_BASE = 1 << 40  # lock-range offsets: one guard byte per queue ...
+_TICKET_BASE = 1 << 41  # ... and _TICKET_BYTES ticket bytes per queue (data stays at 0..32 MiB)
+_COUNTERS = struct.Struct("<QQQ")
+"""A queue's file bytes: next ticket, ticket being served, and the served ticket's complement
+(a read that mixes two writes never looks like a ticket being served)."""
+_MASK = (1 << 64) - 1
+_STALL_CHECK_S = 0.05
+"""A waiter that sees the served ticket unchanged this long checks that its owner is alive."""
+
+
+class _SharedFile:
+    """What every FileStreamLocks of one lock file in this process shares: POSIX locks belong
+    to the process and closing any descriptor of the file drops them all, so one descriptor,
+    one in-process lock per queue and one record of the queues each thread holds."""
+
+    __slots__ = ("fd", "guard", "held", "local", "users")
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self.users = 0
+        self.guard = threading.Lock()
+        self.local: dict[str, threading.RLock] = {}
+        self.held = threading.local()
+
+
+_FILES: dict[str, _SharedFile] = {}
+_FILES_GUARD = threading.Lock()
+
+
 class FileStreamLocks(StreamLocks):
-    """Across processes on one machine: byte-range locks on ``<database>-locks``."""
+    """Across processes on one machine: first-come, first-served ticket locks in
+    ``<database>-locks``."""
 
     def __init__(self, database: str) -> None:
         super().__init__()
         self.path = f"{database}-locks"
-        self._fd: int | None = None
-        self._fd_guard = threading.Lock()
+        self._shared_key = os.path.realpath(self.path)
+        with _FILES_GUARD:
+            shared = _FILES.get(self._shared_key)
+            if shared is None:
+                shared = _FILES[self._shared_key] = _SharedFile()
+            shared.users += 1
+        self._shared: _SharedFile | None = shared
+        self._local, self._guard, self._held = shared.local, shared.guard, shared.held
+
+    def _name(self, stream_id: str) -> str:
+        return f"queue {_key(stream_id) % _SLOTS}"
 
     def _file(self) -> int:
-        with self._fd_guard:
-            if self._fd is None:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            return self._fd
+        shared = self._shared
+        if shared is None:
+            raise ConflictError("", -1, "the ledger's stream locks are closed")
+        with shared.guard:
+            if shared.fd is None:
+                shared.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            return shared.fd
 
     def _acquire(self, stream_id: str, deadline: float, timeout: float) -> Callable[[], None]:
-        import fcntl
-
-        fd, offset = self._file(), _key(stream_id) % (2**31 - 1)
-
-        def try_once() -> bool:
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
-            except OSError:
-                return False
-            return True
-
-        _poll(try_once, stream_id, deadline, timeout)
-        return lambda: fcntl.lockf(fd, fcntl.LOCK_UN, 1, offset)
+        fd, queue = self._file(), _key(stream_id) % _SLOTS
+        ticket = _draw(fd, queue)
+        try:
+            _wait_turn(fd, queue, ticket, stream_id=stream_id, deadline=deadline, timeout=timeout)
+        except BaseException:
+            _leave(fd, queue, ticket)
+            raise
+        return functools.partial(_leave, fd, queue, ticket)
 
     def close(self) -> None:
-        with self._fd_guard:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+        with _FILES_GUARD:
+            shared, self._shared = self._shared, None
+            if shared is None:
+                return
+            shared.users -= 1
+            if shared.users > 0:
+                return
+            _FILES.pop(self._shared_key, None)
+        with shared.guard:
+            if shared.fd is not None:
+                os.close(shared.fd)
+                shared.fd = None
 
 
-def _try_advisory_lock(conn: Any, key: int) -> bool:
+@contextlib.contextmanager
+def _guarded(fd: int, queue: int) -> Iterator[None]:
+    """The queue's guard byte, held for a few system calls (blocking: nobody keeps it)."""
+    import fcntl
+
+    fcntl.lockf(fd, fcntl.LOCK_EX, 1, _GUARD_BASE + queue)
+    try:
+        yield
+    finally:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, _GUARD_BASE + queue)
+
+
+def _ticket_byte(queue: int, ticket: int) -> int:
+    return _TICKET_BASE + queue * _TICKET_BYTES + ticket % _TICKET_BYTES
+
+
+def _read(fd: int, queue: int) -> tuple[int, int | None]:
+    """``(next ticket, ticket being served)``; the second is None for a torn read."""
+    raw = os.pread(fd, _COUNTERS.size, queue * _COUNTERS.size)
+    if len(raw) < _COUNTERS.size:
+        return 0, 0  # a queue never used (or the file's sparse end): nothing drawn
+    nxt, serving, check = _COUNTERS.unpack(raw)
+    if nxt == 0 and serving == 0 and check == 0:
+        return 0, 0
+    return nxt, serving if serving ^ _MASK == check else None
+
+
+def _write(fd: int, queue: int, nxt: int, serving: int) -> None:
+    os.pwrite(fd, _COUNTERS.pack(nxt, serving, serving ^ _MASK), queue * _COUNTERS.size)
+
+
+def _try_byte(fd: int, offset: int) -> bool:
+    import fcntl
+
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
+    except OSError:
+        return False
+    return True
+
+
+def _draw(fd: int, queue: int) -> int:
+    """Take the queue's next ticket and hold its byte (the sign its owner is alive)."""
+    with _guarded(fd, queue):
+        nxt, serving = _read(fd, queue)
+        if serving is None:  # writes happen under the guard: only a damaged file reads so
+            raise ConflictError(
+                "", -1, f"stream lock queue {queue} is damaged (delete the -locks file)"
+            )
+        for _ in range(_TICKET_BYTES):
+            if _try_byte(fd, _ticket_byte(queue, nxt)):
+                _write(fd, queue, nxt + 1, serving)
+                return nxt
+            nxt += 1  # its byte is held (a checker's probe): skip the ticket
+        raise ConflictError("", -1, "too many writers waiting for one stream")
+
+
+def _wait_turn(
+    fd: int, queue: int, ticket: int, *, stream_id: str, deadline: float, timeout: float
+) -> None:
+    """Wait until the queue serves *ticket*, moving it past tickets whose owner is gone."""
+    seen, since = -1, time.monotonic()
+    while True:
+        serving = _read(fd, queue)[1]
+        if serving == ticket:
+            return
+        now = time.monotonic()
+        if serving is not None:
+            if serving > ticket:  # cannot happen while this process holds the ticket's byte
+                raise ConflictError(stream_id, -1, "the stream's ticket queue moved past us")
+            if serving != seen:
+                seen, since = serving, now
+            elif now - since >= _STALL_CHECK_S:
+                _skip_abandoned(fd, queue, serving)
+                since = now
+        if now >= deadline:
+            raise _timed_out(stream_id, timeout)
+        ahead = ticket - seen if seen >= 0 else 1
+        time.sleep(min(0.0002 if ahead <= 1 else 0.0005 * ahead, 0.01, deadline - now))
+
+
+def _skip_abandoned(fd: int, queue: int, serving: int) -> None:
+    """Move the queue past *serving* if its byte is free: its owner died or gave up."""
+    import fcntl
+
+    with _guarded(fd, queue):
+        nxt, current = _read(fd, queue)
+        if current != serving or current >= nxt:
+            return
+        byte = _ticket_byte(queue, current)
+        if not _try_byte(fd, byte):
+            return  # its owner is alive (waiting for its turn or holding the stream)
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, byte)
+        _write(fd, queue, nxt, current + 1)
+
+
+def _leave(fd: int, queue: int, ticket: int) -> None:
+    """Pass the stream on (when *ticket* is served) and drop the ticket's byte."""
+    import fcntl
+
+    with _guarded(fd, queue):
+        nxt, serving = _read(fd, queue)
+        if serving == ticket:
+            _write(fd, queue, nxt, ticket + 1)
+    fcntl.lockf(fd, fcntl.LOCK_UN, 1, _ticket_byte(queue, ticket))
+
+
+def _advisory_lock(conn: Any, key: int, *, stream_id: str, deadline: float, timeout: float) -> None:
+    """Take the advisory lock *key*: at once when it is free, else queued in the server until
+    *deadline* (the server hands a released lock to its first waiter: first come, first
+    served, no polling)."""
+    import psycopg
+
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-    return bool(row and row[0])
+    if row and row[0]:
+        return
+    remaining_ms = int((deadline - time.monotonic()) * 1000)
+    if remaining_ms <= 0:
+        raise _timed_out(stream_id, timeout)
+    conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{remaining_ms}ms",))
+    try:
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    except psycopg.errors.LockNotAvailable as exc:
+        raise _timed_out(stream_id, timeout) from exc
 
 
 class PgStreamLocks(StreamLocks):
@@ -193,9 +369,7 @@ class PgStreamLocks(StreamLocks):
             conn: Any = None
             try:
                 conn = self._conn()
-                _poll(
-                    functools.partial(_try_advisory_lock, conn, key), stream_id, deadline, timeout
-                )
+                _advisory_lock(conn, key, stream_id=stream_id, deadline=deadline, timeout=timeout)
                 break
             except ConflictError:
                 raise

@@ -206,3 +206,25 @@ def engine_worker(
         results.put(("ok", worker, conflicts, recorded, escaped, latencies))
     except BaseException as exc:
         results.put(("error", worker, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+def lock_worker(url: str, worker: int, *, seconds: float, barrier: Any, results: Any) -> None:
+    """Take one stream's writer lock over and over for *seconds* (each hold ≈ 1 ms of work,
+    then straight back into the queue), reporting how often it got the lock and how long
+    each wait was."""
+    try:
+        ledger = open_ledger(url)
+        waits: list[float] = []
+        barrier.wait(timeout=120)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            asked = time.monotonic()
+            with ledger.stream_lock("ctx/s/contended", timeout=60):
+                waits.append(time.monotonic() - asked)
+                busy = time.perf_counter() + 0.001
+                while time.perf_counter() < busy:
+                    pass
+        ledger.close()
+        results.put(("ok", worker, waits))
+    except BaseException as exc:
+        results.put(("error", worker, f"{type(exc).__name__}: {exc}", traceback.format_exc()))

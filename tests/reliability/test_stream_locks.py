@@ -1,14 +1,20 @@
 """Per-stream writer locks: another process holding a stream makes a writer wait (then a
-ConflictError past the timeout), a killed holder releases it, other streams are not blocked,
-a thread may re-enter its own lock, and a reader never creates the lock file."""
+ConflictError past the timeout), a killed holder releases it and a waiter that gave up does
+not hold the queue, other streams are not blocked, a thread may re-enter its own lock, two
+ledgers of one process exclude each other, writers are served in turn (no process starves
+while another takes the lock again and again), and a reader never creates the lock file."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
+import queue
 import signal
+import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +24,8 @@ import pytest
 
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain.errors import ConflictError
+from tests.reliability._support import pick, record, rerun
+from tests.reliability._workers import lock_worker
 
 HOLDER = textwrap.dedent(
     """
@@ -69,8 +77,11 @@ def test_a_held_stream_times_out_and_a_killed_holder_releases_it(url: str) -> No
             pass
         os.kill(holder.pid, signal.SIGKILL)
         holder.wait(timeout=30)
+        started = time.monotonic()
         with ledger.stream_lock("ctx/s/a", timeout=10):  # the OS / server released it
             pass
+        # neither the dead holder's ticket nor the one given up above keeps the stream long
+        assert time.monotonic() - started < 2.0
 
 
 def test_a_thread_reenters_its_own_lock(url: str) -> None:
@@ -87,3 +98,118 @@ def test_readers_do_not_create_the_lock_file(tmp_path: Path) -> None:
     with open_ledger(url, must_exist=True) as ledger:
         list(ledger.read_all())
     assert not (tmp_path / "ledger.db-locks").exists()
+
+
+def test_two_ledgers_of_one_process_exclude_each_other(tmp_path: Path) -> None:
+    """POSIX locks belong to the process: two ledgers on one file in one process still take
+    turns (they share the in-process lock and the lock file's descriptor, so closing one
+    does not drop the other's locks)."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    inside: list[int] = []
+    overlaps = 0
+    guard = threading.Lock()
+
+    def writer(n: int) -> None:
+        nonlocal overlaps
+        with open_ledger(url) as ledger:
+            for _ in range(200):
+                with ledger.stream_lock("ctx/s/a", timeout=30):
+                    with guard:
+                        inside.append(n)
+                        overlaps += len(inside) > 1
+                    time.sleep(0.0002)
+                    with guard:
+                        inside.remove(n)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert overlaps == 0
+    with open_ledger(url) as a:
+        b = open_ledger(url)
+        with a.stream_lock("ctx/s/b", timeout=1):
+            b.close()  # closing another ledger of the file keeps a's lock
+            probe = subprocess.run(
+                [sys.executable, "-c", PROBE, url, "ctx/s/b"],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            assert probe.stdout.strip() == "busy", probe.stderr
+
+
+PROBE = textwrap.dedent(
+    """
+    import sys
+    from ctxledger.adapters.ledger import open_ledger
+    from ctxledger.domain.errors import ConflictError
+    with open_ledger(sys.argv[1]) as ledger:
+        try:
+            with ledger.stream_lock(sys.argv[2], timeout=0.3):
+                print("free")
+        except ConflictError:
+            print("busy")
+    """
+)
+
+
+PROCESSES = pick(6, 16)
+SECONDS = pick(2.0, 10.0)
+
+
+def test_writers_are_served_in_turn(url: str) -> None:
+    """Processes that take one stream again as soon as they release it: each gets its turn.
+    The earlier try-lock-and-sleep let the releasing process win again and again: in a 4 s
+    run of 8 such processes on SQLite one got the lock once and waited 4.0 s, another 1,281
+    times; here the counts may differ by a fifth at most."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(PROCESSES)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=lock_worker,
+            args=(url, w),
+            kwargs={"seconds": SECONDS, "barrier": barrier, "results": results},
+        )
+        for w in range(PROCESSES)
+    ]
+    for p in procs:
+        p.start()
+    got: list[list[float]] = []
+    try:
+        while len(got) < PROCESSES:
+            try:
+                item = results.get(timeout=300)
+            except queue.Empty:
+                pytest.fail(f"only {len(got)} of {PROCESSES} lock workers reported")
+            if item[0] != "ok":
+                pytest.fail(f"lock worker {item[1]} failed: {item[2]}\n{item[3]}")
+            got.append(item[2])
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    counts = sorted(len(w) for w in got)
+    waits = sorted(x for w in got for x in w)
+    worst = waits[-1]
+    p99 = waits[min(len(waits) - 1, int(0.99 * len(waits)))]
+    kind = "sqlite" if url.startswith("sqlite") else "postgres"
+    assert counts[0] >= 0.8 * counts[-1], f"unfair: acquisitions per process {counts}"
+    record(
+        f"stream lock fairness · {kind}",
+        scale=f"{PROCESSES} processes × {SECONDS:g} s, each retaking one stream's lock (1 ms holds)",
+        result=(
+            f"acquisitions per process {counts[0]}–{counts[-1]} (min/max "
+            f"{counts[0] / counts[-1]:.2f}); wait median {1000 * statistics.median(waits):.1f} ms, "
+            f"p99 {1000 * p99:.1f} ms, worst {1000 * worst:.0f} ms"
+        ),
+        rerun_cmd=rerun("test_stream_locks.py") + f" -k 'served_in_turn and {kind}'",
+        processes=PROCESSES,
+        min_count=counts[0],
+        max_count=counts[-1],
+        p99_wait_ms=round(1000 * p99, 1),
+        worst_wait_ms=round(1000 * worst, 1),
+    )
