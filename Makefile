@@ -32,13 +32,15 @@ test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # Every direct dependency at the lowest version pyproject.toml allows (uv's lowest-direct
-# resolution, in .venv-min), then the unit, property and integration tests: the lower bounds
+# resolution, in .venv-min), then the unit, property and integration tests and the installed
+# console script's end-to-end tests (usage errors, bad stores, the spine): the lower bounds
 # are versions that work, not guesses.
 min-versions: install
 	rm -rf .venv-min
 	$(BIN)/uv venv -q -p $(BIN)/python .venv-min
 	$(BIN)/uv pip install -q --python .venv-min/bin/python --resolution lowest-direct -e ".[all,dev]"
-	.venv-min/bin/python -m pytest -q -p no:cacheprovider tests/unit tests/property tests/integration
+	.venv-min/bin/python -m pytest -q -p no:cacheprovider tests/unit tests/property tests/integration \
+		tests/e2e/test_cli_errors.py tests/e2e/test_cli_bad_stores.py tests/e2e/test_cli_spine.py
 
 typecheck: install
 	$(BIN)/mypy

@@ -411,12 +411,14 @@ def _print_chains(chains: ChainCheck, *, show_heads: bool, explained: int = 0) -
 def _rederive(ledger: Ledger, total: int, *, quiet: bool) -> RederiveReport:
     from ctxledger.adapters.rederive import rederive
 
+    if quiet or not sys.stderr.isatty():  # no bar at all: a disabled one still writes a
+        # blank line to stderr on some rich releases (13.8), ahead of the error line
+        return rederive(ledger.read_all(), erased=ledger.keyring.erased())
     with Progress(
         TextColumn("re-deriving builds"),
         BarColumn(),
         MofNCompleteColumn(),
         console=Console(stderr=True),
-        disable=quiet or not sys.stderr.isatty(),
         transient=True,
     ) as bar:
         task = bar.add_task("events", total=total)
