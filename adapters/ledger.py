@@ -79,6 +79,10 @@ QUARANTINE_TABLE = "ctxledger_quarantine"
 """Damaged rows moved aside by ``ctxledger doctor --quarantine`` (same database; kept whole,
 with their original position, the kind of damage, the reason and when)."""
 _PAGE = 1000
+_WRITE_QUEUE = "\x00 write transactions"
+"""The lock queue every SQLite write transaction takes its turn in (not a stream id: those are
+event stream names)."""
+_WRITE_QUEUE_TIMEOUT_S = 60.0
 _HEADS_KEPT = 1024
 _UNREAD: Any = object()
 
@@ -127,6 +131,11 @@ class _Backend(Protocol):
     outages: bool
     """Whether the store can go away and come back (a server restart): a call that meets a
     lost connection is then tried again until ``UNAVAILABLE_AFTER_S``."""
+    queued_writes: bool
+    """Whether write transactions take turns in the store's lock queue first (SQLite: its
+    busy handler polls with pauses growing to 100 ms, so under a steady stream of writers a
+    waiting one can starve past the busy timeout — a read-model save did, with 32 processes
+    on one agent)."""
 
     def select_rows(
         self, after: int, upto: int | None, limit: int, *, streams: bool
@@ -187,6 +196,24 @@ class Ledger:
     def backend_key_table(self) -> KeyTable:
         """The store's table of content keys (``open_ledger`` builds the keyring on it)."""
         return self._backend.key_table()
+
+    @contextlib.contextmanager
+    def _write_turn(self) -> Iterator[None]:
+        """Hold the store's queue of write transactions (where it has one) for the block."""
+        if not self._backend.queued_writes:
+            yield
+            return
+        turn = self.stream_lock(_WRITE_QUEUE, timeout=_WRITE_QUEUE_TIMEOUT_S)
+        try:
+            turn.__enter__()
+        except ConflictError as exc:
+            raise LedgerUnavailableError(
+                f"{self.url}: other writers kept the database for {_WRITE_QUEUE_TIMEOUT_S:g} s"
+            ) from exc
+        try:
+            yield
+        finally:
+            turn.__exit__(None, None, None)
 
     def stream_lock(
         self, stream_id: str, *, timeout: float = DEFAULT_TIMEOUT_S
@@ -402,7 +429,8 @@ class Ledger:
         when the store encrypts content: they hold the text of items)."""
         seal = self.keyring.seal_blob
         sealed = {name: seal(state) for name, state in states.items()}
-        self._call(self._backend.save_projections, sealed, position)
+        with self._write_turn():
+            self._call(self._backend.save_projections, sealed, position)
 
     def erase_content(
         self, agent_id: str, item_ids: Sequence[str] | None, *, reason: str, at: str
@@ -455,7 +483,8 @@ class Ledger:
         if not entries:
             return 0
         try:
-            moved = int(self._call_once(self._backend.quarantine, entries, at))
+            with self._write_turn():
+                moved = int(self._call_once(self._backend.quarantine, entries, at))
         finally:
             self.refresh_quarantine()
         return moved
@@ -507,7 +536,8 @@ class Ledger:
         deadline = time.monotonic() + UNAVAILABLE_AFTER_S
         while True:
             try:
-                return list(self._call_once(self._recorder.insert_events, stored) or [])
+                with self._write_turn():
+                    return list(self._call_once(self._recorder.insert_events, stored) or [])
             except IntegrityError as exc:
                 if not self._landed(stream_id, expected_version, stored):
                     raise ConflictError(stream_id, expected_version, "concurrent append") from exc
@@ -663,6 +693,7 @@ class EventStream:
 
 class _MemoryBackend:
     outages = False
+    queued_writes = False
 
     def __init__(self) -> None:
         self.recorder: ApplicationRecorder = POPOApplicationRecorder()
@@ -711,6 +742,7 @@ class _MemoryBackend:
 
 class _SQLiteBackend:
     outages = False
+    queued_writes = True
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -823,6 +855,7 @@ class _SQLiteBackend:
 
 class _PostgresBackend:
     outages = True
+    queued_writes = False  # the server queues writers itself
 
     def __init__(self, url: str, *, must_exist: bool = False) -> None:
         from ctxledger.adapters.extras import require_extra

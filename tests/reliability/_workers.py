@@ -228,3 +228,29 @@ def lock_worker(url: str, worker: int, *, seconds: float, barrier: Any, results:
         results.put(("ok", worker, waits))
     except BaseException as exc:
         results.put(("error", worker, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+def write_turn_worker(url: str, worker: int, *, seconds: float, barrier: Any, results: Any) -> None:
+    """Write to one SQLite ledger for *seconds*: worker 0 saves read models over and over,
+    the others append one event at a time to a stream of their own (under its lock), so no
+    two of them share a stream and only the database's write lock is contended."""
+    try:
+        ledger = open_ledger(url)
+        stream = f"ctx/s/w{worker}"
+        waits: list[float] = []
+        barrier.wait(timeout=120)
+        end = time.monotonic() + seconds
+        n = 0
+        while time.monotonic() < end:
+            asked = time.monotonic()
+            if worker == 0:
+                ledger.save_projections({"pool": b"x" * 1000}, 1)
+            else:
+                with ledger.stream_lock(stream):
+                    ledger.append(stream, batch_events(worker, n, 1), expected_version=n)
+            waits.append(time.monotonic() - asked)
+            n += 1
+        ledger.close()
+        results.put(("ok", worker, waits))
+    except BaseException as exc:
+        results.put(("error", worker, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
