@@ -26,6 +26,7 @@ from tests.reliability._support import pick, record, rerun
 from tests.reliability._workers import engine_worker
 
 PROCESS_COUNTS = pick([8], [8, 32])
+TURNS_SET = bool(os.environ.get("CTXLEDGER_ENGINE_TURNS"))
 ALL_TURNS = int(os.environ.get("CTXLEDGER_ENGINE_TURNS", "0")) or pick(200, 2400)
 """Turns of the whole run, shared by the processes: the agent ends with as many items whatever
 the process count (each engine process folds all of them: 32 processes × 300 turns each held
@@ -108,7 +109,9 @@ def test_engines_in_several_processes_share_one_agent(
             f"{EngineSettings().conflict_retries} attempts and retried by the caller; "
             f"{count} events; {elapsed:.1f}s"
         ),
-        rerun_cmd=rerun("test_concurrent_engines.py") + f" -k '{kind} and {processes}'",
+        rerun_cmd=(f"CTXLEDGER_ENGINE_TURNS={ALL_TURNS} " if TURNS_SET else "")
+        + rerun("test_concurrent_engines.py")
+        + f" -k '{kind} and {processes}'",
         processes=processes,
         turns=processes * turns,
         conflicts=conflicts,
