@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
+import queue
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-__all__ = ["FIGURES_DIR", "ROOT", "SOAK", "figures_path", "pick", "record", "recorded", "rerun"]
+import pytest
+
+__all__ = [
+    "FIGURES_DIR",
+    "ROOT",
+    "SOAK",
+    "figures_path",
+    "pick",
+    "record",
+    "recorded",
+    "rerun",
+    "spawn_workers",
+]
 
 T = TypeVar("T")
 
@@ -69,3 +84,49 @@ def recorded() -> list[dict[str, Any]]:
     """Figures recorded by this pytest process, in order."""
     with _LOCK:
         return list(_RECORDED)
+
+
+def spawn_workers(
+    target: Callable[..., None],
+    processes: int,
+    *,
+    args: Callable[[int], tuple[Any, ...]],
+    kwargs: dict[str, Any],
+    timeout: float,
+    what: str,
+) -> list[tuple[Any, ...]]:
+    """Run *processes* ``spawn``ed workers ``target(*args(w), **kwargs, barrier=…,
+    results=…)`` released together by the barrier. Each puts ``("ok", w, …)`` or ``("error",
+    w, message, traceback)`` on the results queue; returns the ok tuples in arrival order.
+    The first error (the others are released) or *timeout* seconds of silence fail the test;
+    every process is joined, or killed, before returning."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(processes)
+    results = ctx.Queue()
+    procs = [
+        ctx.Process(
+            target=target,
+            args=args(w),
+            kwargs={**kwargs, "barrier": barrier, "results": results},
+        )
+        for w in range(processes)
+    ]
+    for p in procs:
+        p.start()
+    got: list[tuple[Any, ...]] = []
+    try:
+        while len(got) < processes:
+            try:
+                item = results.get(timeout=timeout)
+            except queue.Empty:
+                pytest.fail(f"only {len(got)} of {processes} {what}s reported in {timeout:g} s")
+            if item[0] != "ok":
+                barrier.abort()  # release the others; the first error is the finding
+                pytest.fail(f"{what} {item[1]} failed: {item[2]}\n{item[3]}")
+            got.append(item)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    return got

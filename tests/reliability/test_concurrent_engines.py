@@ -5,12 +5,9 @@ audit of the log is clean)."""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import queue
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,7 +19,7 @@ from ctxledger.domain.model import AgentIdentity
 from ctxledger.projections.audit import audit
 from ctxledger.projections.catalog import read_models
 from ctxledger.projections.pool import Pool
-from tests.reliability._support import pick, record, rerun
+from tests.reliability._support import pick, record, rerun, spawn_workers
 from tests.reliability._workers import engine_worker
 
 PROCESS_COUNTS = pick([8], [8, 32])
@@ -48,36 +45,15 @@ def test_engines_in_several_processes_share_one_agent(
     )
     with ContextEngine(open_ledger(url)) as engine:
         engine.register_agent(AgentIdentity(agent_id=AGENT, role="worker", task="T-1"))
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(processes)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=engine_worker,
-            args=(url, w),
-            kwargs={"agent_id": AGENT, "turns": turns, "barrier": barrier, "results": results},
-        )
-        for w in range(processes)
-    ]
     started = time.monotonic()
-    for p in procs:
-        p.start()
-    got: list[tuple[Any, ...]] = []
-    try:
-        while len(got) < processes:
-            try:
-                item = results.get(timeout=pick(300, 1800))
-            except queue.Empty:
-                pytest.fail(f"only {len(got)} of {processes} engines reported")
-            if item[0] != "ok":
-                barrier.abort()
-                pytest.fail(f"engine {item[1]} failed: {item[2]}\n{item[3]}")
-            got.append(item)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+    got = spawn_workers(
+        engine_worker,
+        processes,
+        args=lambda w: (url, w),
+        kwargs={"agent_id": AGENT, "turns": turns},
+        timeout=pick(300, 1800),
+        what="engine",
+    )
     elapsed = time.monotonic() - started
     conflicts = sum(g[2] for g in got)
     recorded = {i for g in got for i in g[3]}

@@ -4,8 +4,6 @@ nothing lost, nothing duplicated, every conflict a typed ConflictError retried b
 
 from __future__ import annotations
 
-import multiprocessing
-import queue
 import time
 from collections import Counter
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain import events as ev
-from tests.reliability._support import pick, record, rerun
+from tests.reliability._support import pick, record, rerun, spawn_workers
 from tests.reliability._workers import append_worker, pack_id
 
 PROCESSES = 16
@@ -33,36 +31,15 @@ def _url(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _run_writers(url: str, streams: list[str]) -> tuple[list[tuple[Any, ...]], float]:
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(PROCESSES)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=append_worker,
-            args=(url, streams[w % len(streams)], w),
-            kwargs={"appends": APPENDS, "barrier": barrier, "results": results},
-        )
-        for w in range(PROCESSES)
-    ]
-    for p in procs:
-        p.start()
     started = time.monotonic()
-    out: list[tuple[Any, ...]] = []
-    try:
-        while len(out) < PROCESSES:
-            try:
-                got = results.get(timeout=WAIT_S)
-            except queue.Empty:
-                pytest.fail(f"only {len(out)} of {PROCESSES} writers reported in {WAIT_S}s")
-            if got[0] != "ok":
-                barrier.abort()  # release the others; the first error is the finding
-                pytest.fail(f"writer {got[1]} failed: {got[2]}\n{got[3]}")
-            out.append(got)
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
+    out = spawn_workers(
+        append_worker,
+        PROCESSES,
+        args=lambda w: (url, streams[w % len(streams)], w),
+        kwargs={"appends": APPENDS},
+        timeout=WAIT_S,
+        what="writer",
+    )
     return out, time.monotonic() - started
 
 

@@ -6,9 +6,7 @@ while another takes the lock again and again), and a reader never creates the lo
 
 from __future__ import annotations
 
-import multiprocessing
 import os
-import queue
 import signal
 import statistics
 import subprocess
@@ -25,7 +23,7 @@ import pytest
 
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain.errors import ConflictError
-from tests.reliability._support import pick, record, rerun
+from tests.reliability._support import pick, record, rerun, spawn_workers
 from tests.reliability._workers import lock_worker, write_turn_worker
 
 HOLDER = textwrap.dedent(
@@ -162,35 +160,15 @@ SECONDS = pick(2.0, 10.0)
 
 def run_workers(target: Any, url: str, processes: int, seconds: float) -> dict[int, list[float]]:
     """Start *processes* spawned workers together; each returns its waits (seconds)."""
-    ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(processes)
-    results = ctx.Queue()
-    procs = [
-        ctx.Process(
-            target=target,
-            args=(url, w),
-            kwargs={"seconds": seconds, "barrier": barrier, "results": results},
-        )
-        for w in range(processes)
-    ]
-    for p in procs:
-        p.start()
-    got: dict[int, list[float]] = {}
-    try:
-        while len(got) < processes:
-            try:
-                item = results.get(timeout=300)
-            except queue.Empty:
-                pytest.fail(f"only {len(got)} of {processes} workers reported")
-            if item[0] != "ok":
-                pytest.fail(f"worker {item[1]} failed: {item[2]}\n{item[3]}")
-            got[item[1]] = item[2]
-    finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    return got
+    got = spawn_workers(
+        target,
+        processes,
+        args=lambda w: (url, w),
+        kwargs={"seconds": seconds},
+        timeout=300,
+        what="worker",
+    )
+    return {item[1]: item[2] for item in got}
 
 
 def test_writers_are_served_in_turn(url: str) -> None:
