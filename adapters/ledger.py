@@ -200,20 +200,18 @@ class Ledger:
     @contextlib.contextmanager
     def _write_turn(self) -> Iterator[None]:
         """Hold the store's queue of write transactions (where it has one) for the block."""
-        if not self._backend.queued_writes:
+        with contextlib.ExitStack() as turn:
+            if self._backend.queued_writes:
+                try:
+                    turn.enter_context(
+                        self.stream_lock(_WRITE_QUEUE, timeout=_WRITE_QUEUE_TIMEOUT_S)
+                    )
+                except ConflictError as exc:  # waiting for the turn timed out
+                    raise LedgerUnavailableError(
+                        f"{self.url}: other writers kept the database for "
+                        f"{_WRITE_QUEUE_TIMEOUT_S:g} s"
+                    ) from exc
             yield
-            return
-        turn = self.stream_lock(_WRITE_QUEUE, timeout=_WRITE_QUEUE_TIMEOUT_S)
-        try:
-            turn.__enter__()
-        except ConflictError as exc:
-            raise LedgerUnavailableError(
-                f"{self.url}: other writers kept the database for {_WRITE_QUEUE_TIMEOUT_S:g} s"
-            ) from exc
-        try:
-            yield
-        finally:
-            turn.__exit__(None, None, None)
 
     def stream_lock(
         self, stream_id: str, *, timeout: float = DEFAULT_TIMEOUT_S
