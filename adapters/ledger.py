@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import secrets
+import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -738,12 +739,37 @@ class _MemoryBackend:
         return None
 
 
+def _use_wal(path: str, *, timeout: float) -> None:
+    """Put the file in WAL mode before eventsourcing's pool opens it. SQLite refuses the switch
+    with "database is locked" at once, without waiting out the busy timeout, when another
+    connection is switching or creating tables at that moment (two ledgers opened together on
+    a new file), so the switch is retried until *timeout*; once the file is in WAL mode (it
+    stays so), eventsourcing's own check only reads the mode."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+            try:
+                conn.execute("PRAGMA journal_mode=WAL").fetchone()
+                return
+            finally:
+                conn.close()
+        except sqlite3.DatabaseError as exc:
+            locked = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+            if not locked or time.monotonic() > deadline:
+                raise OperationalError(exc) from exc
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
+
+
 class _SQLiteBackend:
     outages = False
     queued_writes = True
 
     def __init__(self, path: str) -> None:
         self.path = path
+        _use_wal(path, timeout=60)
         self.datastore = SQLiteDatastore(
             path, lock_timeout=60, originator_id_type="text", pool_size=2, max_overflow=4
         )
