@@ -15,6 +15,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from ctxledger.adapters.memory_guard import ensure_guard
+from ctxledger.adapters.store_files import wal_mode
 from ctxledger.domain.errors import InvalidInputError, ProtectedTableError
 
 __all__ = [
@@ -49,7 +50,7 @@ def connect_catalog(path: str | os.PathLike[str], *, timeout: float = 5.0) -> sq
         conn.execute("PRAGMA secure_delete=ON")
         conn.execute("PRAGMA recursive_triggers=ON")
         conn.execute("PRAGMA foreign_keys=ON")
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        mode = wal_mode(conn, timeout=timeout)
         if str(mode).lower() != "wal":
             raise InvalidInputError(f"catalog cannot use WAL journal mode (got {mode})")
         secure = conn.execute("PRAGMA secure_delete").fetchone()[0]

@@ -36,7 +36,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from ctxledger.adapters.content_seal import Keyring, MasterKeyError, master_key_from_env
 from ctxledger.adapters.key_table import KeyTable, MemoryKeyTable, PgKeyTable, SQLiteKeyTable
-from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file
+from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file, wal_mode
 from ctxledger.adapters.stream_locks import (
     DEFAULT_TIMEOUT_S,
     UNAVAILABLE_AFTER_S,
@@ -740,27 +740,16 @@ class _MemoryBackend:
 
 
 def _use_wal(path: str, *, timeout: float) -> None:
-    """Put the file in WAL mode before eventsourcing's pool opens it. SQLite refuses the switch
-    with "database is locked" at once, without waiting out the busy timeout, when another
-    connection is switching or creating tables at that moment (two ledgers opened together on
-    a new file), so the switch is retried until *timeout*; once the file is in WAL mode (it
-    stays so), eventsourcing's own check only reads the mode."""
-    deadline = time.monotonic() + timeout
-    delay = 0.001
-    while True:
+    """Put the file in WAL mode before eventsourcing's pool opens it (its own switch is not
+    retried: two ledgers opened together on a new file could fail)."""
+    try:
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
         try:
-            conn = sqlite3.connect(path, timeout=timeout, isolation_level=None)
-            try:
-                conn.execute("PRAGMA journal_mode=WAL").fetchone()
-                return
-            finally:
-                conn.close()
-        except sqlite3.DatabaseError as exc:
-            locked = isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
-            if not locked or time.monotonic() > deadline:
-                raise OperationalError(exc) from exc
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+            wal_mode(conn, timeout=timeout)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise OperationalError(exc) from exc
 
 
 class _SQLiteBackend:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Final, Literal
 
@@ -18,6 +19,7 @@ __all__ = [
     "check_ledger_file",
     "read_only_uri",
     "store_kind",
+    "wal_mode",
 ]
 
 SQLITE_HEADER: Final = b"SQLite format 3\x00"
@@ -103,3 +105,22 @@ def check_catalog_file(path: str | os.PathLike[str], *, must_be_catalog: bool) -
         raise StoreKindError(f"{file} is a ledger, not a memory catalog")
     if must_be_catalog and kind not in ("catalog", "shared"):
         raise StoreKindError(f"{file} is not a memory catalog (no {CATALOG_TABLE} table)")
+
+
+def wal_mode(conn: sqlite3.Connection, *, timeout: float) -> str:
+    """Switch *conn*'s file to WAL journal mode and return the mode it is in.
+
+    SQLite refuses the switch with "database is locked" at once, without waiting out the busy
+    timeout, while another connection is switching or creating tables (two stores opened
+    together on a new file), so the switch is retried until *timeout*. A file in WAL mode
+    stays so: later opens only read the mode."""
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.05)
