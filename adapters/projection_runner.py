@@ -17,7 +17,14 @@ from ctxledger.domain.events import Event
 from ctxledger.projections.batch import LiveFolds, fold_stream
 from ctxledger.projections.catalog import PROJECTIONS, Projection, ReadModels, read_models
 
-__all__ = ["ProjectionRunner", "decode_state", "encode_state", "gc_paused", "replay_states"]
+__all__ = [
+    "ProjectionRunner",
+    "decode_state",
+    "encode_state",
+    "gc_paused",
+    "replay_states",
+    "store_state",
+]
 
 _ENCODER = msgspec.json.Encoder()
 REPLAY_PAGE = 2000
@@ -30,9 +37,17 @@ def encode_state(state: msgspec.Struct) -> bytes:
     return _ENCODER.encode(state)
 
 
+def store_state(projection: Projection[Any], state: msgspec.Struct) -> bytes:
+    """The bytes a read model is persisted as: its stored form, or its JSON."""
+    stored = projection.stored
+    return encode_state(state) if stored is None else stored.encode(state)
+
+
 def decode_state(projection: Projection[Any], data: bytes) -> Any:
     """Decode a persisted read model; a corrupt one is a DecodeError naming the model."""
     try:
+        if projection.stored is not None:
+            return projection.stored.decode(data)
         return msgspec.json.decode(data, type=projection.state_type)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise DecodeError(f"persisted read model {projection.name!r} is corrupt: {exc}") from None
@@ -155,8 +170,9 @@ class ProjectionRunner:
     def save(self) -> None:
         """Persist every model and the position, in one transaction."""
         started = time.monotonic()
+        states = self.states
         self.ledger.save_projections(
-            {name: encode_state(state) for name, state in self.states.items()}, self.position
+            {p.name: store_state(p, states[p.name]) for p in self.projections}, self.position
         )
         self._saved_position = self.position
         self._save_seconds = time.monotonic() - started

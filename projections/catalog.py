@@ -22,6 +22,7 @@ from ctxledger.projections.gc_indicators import (
     evolve_gc_indicators,
 )
 from ctxledger.projections.generations import Generations, GenerationsBatch, evolve_generations
+from ctxledger.projections.generations_stored import decode_generations, encode_generations
 from ctxledger.projections.inspector import InspectorBatch, InspectorState, evolve_inspector
 from ctxledger.projections.pool import Pool, PoolBatch, evolve_pool
 from ctxledger.projections.strategy_metrics import (
@@ -30,9 +31,25 @@ from ctxledger.projections.strategy_metrics import (
     evolve_strategy_metrics,
 )
 
-__all__ = ["PROJECTIONS", "Projection", "ReadModels", "fold", "fold_all", "read_models"]
+__all__ = [
+    "PROJECTIONS",
+    "Projection",
+    "ReadModels",
+    "StoredForm",
+    "fold",
+    "fold_all",
+    "read_models",
+]
 
 S = TypeVar("S", bound=msgspec.Struct)
+
+
+@dataclass(frozen=True)
+class StoredForm(Generic[S]):
+    """A read model's own stored bytes: ``decode(encode(state)) == state``."""
+
+    encode: Callable[[S], bytes]
+    decode: Callable[[bytes], S]
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,9 @@ class Projection(Generic[S]):
     state_type: type[S]
     evolve: Callable[[S, Event], S]
     batch: Callable[[S], BatchFold[S]] | None = None
+    stored: StoredForm[S] | None = None
+    """How the model is stored when it is not as its JSON (a smaller form that decodes to an
+    equal model)."""
     acts_on: frozenset[type[Event]] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -71,7 +91,13 @@ class Projection(Generic[S]):
 
 PROJECTIONS: tuple[Projection[Any], ...] = (
     Projection("context_state", ContextStates, evolve_context_states, ContextStatesBatch),
-    Projection("generations", Generations, evolve_generations, GenerationsBatch),
+    Projection(
+        "generations",
+        Generations,
+        evolve_generations,
+        GenerationsBatch,
+        StoredForm(encode_generations, decode_generations),
+    ),
     Projection("cache_stats", CacheStats, evolve_cache_stats, CacheStatsBatch),
     Projection("pool", Pool, evolve_pool, PoolBatch),
     Projection("gc_indicators", GcIndicators, evolve_gc_indicators, GcIndicatorsBatch),
