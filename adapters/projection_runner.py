@@ -171,9 +171,9 @@ class ProjectionRunner:
         """Persist every model and the position, in one transaction."""
         started = time.monotonic()
         states = self.states
-        self.ledger.save_projections(
-            {p.name: store_state(p, states[p.name]) for p in self.projections}, self.position
-        )
+        with gc_paused():  # the stored forms allocate per generation over a large heap
+            stored = {p.name: store_state(p, states[p.name]) for p in self.projections}
+        self.ledger.save_projections(stored, self.position)
         self._saved_position = self.position
         self._save_seconds = time.monotonic() - started
 

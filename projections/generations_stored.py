@@ -67,7 +67,13 @@ _ENCODER: Final = msgspec.json.Encoder()
 
 
 def _store_generation(prev: dict[str, Decision], gen: Generation) -> StoredGeneration:
-    position = {key: i for i, key in enumerate(prev)}
+    figures = msgspec.structs.replace(gen, decisions=_EMPTY)
+    if not prev:  # every key is new: one run, every decision as it is
+        n = len(gen.decisions)
+        return StoredGeneration(
+            figures=figures, runs=((NEW, n),) if n else (), changed=gen.decisions
+        )
+    position = dict(zip(prev, range(len(prev)), strict=True))
     runs: list[tuple[int, int]] = []
     changed: dict[str, Decision] = {}
     start = length = 0
@@ -91,7 +97,7 @@ def _store_generation(prev: dict[str, Decision], gen: Generation) -> StoredGener
     if length:
         runs.append((start, length))
     return StoredGeneration(
-        figures=msgspec.structs.replace(gen, decisions=_EMPTY),
+        figures=figures,
         runs=tuple(runs),
         changed=changed,
     )
