@@ -34,7 +34,8 @@ __all__ = [
 FORMAT: Final = "decision-deltas/1"
 
 NEW: Final = -1
-"""A run's start meaning "the next keys of ``new_keys``" instead of a previous position."""
+"""A run's start meaning "the next keys the previous generation did not have" (in the order
+of ``changed``) instead of a position in the previous order."""
 
 
 class StoredGeneration(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -119,8 +120,10 @@ def to_stored(state: Generations) -> StoredGenerations:
 
 
 def _restore_generation(prev: dict[str, Decision], stored: StoredGeneration) -> Generation:
-    keys = list(prev)
     changed = stored.changed
+    if not prev and stored.runs == ((NEW, len(changed)),):  # stored as it is
+        return msgspec.structs.replace(stored.figures, decisions=changed)
+    keys = list(prev)
     new_keys = [key for key in changed if key not in prev]
     taken = 0
     decisions: dict[str, Decision] = {}
