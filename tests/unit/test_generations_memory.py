@@ -2,7 +2,8 @@
 
 A rebuild repeats most of the previous generation's decisions (the same items dropped over
 budget with the same counts). Each kept generation costs a map, not a new object per decision:
-the replayed read model reuses the previous generation's equal decision.
+the replayed read model reuses the previous generation's equal decision. Saved, the model
+holds each generation's decisions as a delta against the previous generation's.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import replay_states
+from ctxledger.adapters.projection_runner import encode_state, replay_states
 from ctxledger.domain.model import AgentIdentity
 
 
@@ -38,3 +39,26 @@ def test_replayed_generations_share_equal_decisions(tmp_path: Path) -> None:
                 shared += d is before
     assert equal > 100
     assert shared == equal
+
+
+def test_saved_generations_grow_with_what_changed(tmp_path: Path) -> None:
+    """The engine saves the generations model as per-generation deltas: after 240 turns with
+    a rebuild every few turns, the saved row is a small part of the model's whole JSON (which
+    repeats every item's decision in every generation), and reopening from it gives the model
+    a replay gives."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    clock = SteppingClock(datetime(2026, 1, 1, tzinfo=UTC), timedelta(milliseconds=10))
+    with ContextEngine(open_ledger(url), clock=clock) as engine:
+        engine.register_agent(AgentIdentity(agent_id="a", role="worker", task="T-1"))
+        for turn in range(240):
+            engine.record("a", f"turn {turn}: output of `make test` " * 3)
+            engine.build("a", budget=300, keywords=("make",))
+    with open_ledger(url) as ledger:
+        saved = ledger.load_projection("generations")
+        states, _, _ = replay_states(ledger)
+    assert saved is not None
+    whole = encode_state(states["generations"])
+    assert len(states["generations"].by_agent["a"].generations) >= 20
+    assert len(saved[1]) * 5 < len(whole), (len(saved[1]), len(whole))  # ~9x at 240 turns
+    with ContextEngine(open_ledger(url)) as reopened:
+        assert encode_state(reopened.runner.model("generations")) == whole
