@@ -19,14 +19,20 @@ from ctxledger.adapters.projection_runner import encode_state, replay_states
 from ctxledger.domain.model import AgentIdentity
 
 
-def test_replayed_generations_share_equal_decisions(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+def _drive(url: str, *, turns: int) -> None:
+    """One agent recording a line and building with a 300-token budget every turn (a
+    rebuild every few turns)."""
     clock = SteppingClock(datetime(2026, 1, 1, tzinfo=UTC), timedelta(milliseconds=10))
     with ContextEngine(open_ledger(url), clock=clock) as engine:
         engine.register_agent(AgentIdentity(agent_id="a", role="worker", task="T-1"))
-        for turn in range(120):
+        for turn in range(turns):
             engine.record("a", f"turn {turn}: output of `make test` " * 3)
             engine.build("a", budget=300, keywords=("make",))
+
+
+def test_replayed_generations_share_equal_decisions(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    _drive(url, turns=120)
     states, _, _ = replay_states(open_ledger(url))
     gens = states["generations"].by_agent["a"].generations
     assert len(gens) >= 4, "the small budget should rebuild into several generations"
@@ -47,12 +53,7 @@ def test_saved_generations_grow_with_what_changed(tmp_path: Path) -> None:
     repeats every item's decision in every generation), and reopening from it gives the model
     a replay gives."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
-    clock = SteppingClock(datetime(2026, 1, 1, tzinfo=UTC), timedelta(milliseconds=10))
-    with ContextEngine(open_ledger(url), clock=clock) as engine:
-        engine.register_agent(AgentIdentity(agent_id="a", role="worker", task="T-1"))
-        for turn in range(240):
-            engine.record("a", f"turn {turn}: output of `make test` " * 3)
-            engine.build("a", budget=300, keywords=("make",))
+    _drive(url, turns=240)
     with open_ledger(url) as ledger:
         saved = ledger.load_projection("generations")
         states, _, _ = replay_states(ledger)
