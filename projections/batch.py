@@ -145,7 +145,10 @@ class LiveFolds:
     opens a new fold from the frozen model (copying what it changes, once). So an engine that
     records many items and reads only the generations between them keeps the pool's drafts
     open — one copy of the agent's dicts per read of the pool (a build), not per recorded
-    item — while every model handed out stays an immutable snapshot.
+    item — while every model handed out stays an immutable snapshot. An open fold owns its
+    model (it is handed over, not kept beside it), so once every snapshot of it has been
+    dropped the fold may extend it in place instead (``projections.drafts.holders``): an
+    engine's turn then copies no agent's history at all.
     """
 
     def __init__(self, states: dict[str, Any], projections: Sequence[Projection[Any]]) -> None:
@@ -167,7 +170,7 @@ class LiveFolds:
         for name in self._route.get(kind, ()):
             entry = opened.get(name)
             if entry is None:
-                fold = _batch_fold(self._projections[name], frozen[name])
+                fold = _batch_fold(self._projections[name], frozen.pop(name))
                 entry = opened[name] = (fold, fold.handlers())
             handles.append(entry[1][kind])
         found = self._table[kind] = tuple(handles)

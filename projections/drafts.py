@@ -4,17 +4,21 @@ The pure ``evolve`` functions copy the agent map (``{**by_agent, agent_id: …}`
 touched agent's dicts on every event: O(agents + items) per event, quadratic over a replay.
 A batch fold thaws what it touches once, mutates the drafts, and freezes them once at the end
 of the batch. Nothing that existed before the batch is ever mutated (a frozen read model may
-have been handed out as a snapshot): every dict or tuple is copied on its first change.
+have been handed out as a snapshot): every dict or tuple is copied on its first change —
+unless nothing outside the fold can reach it any more (``holders``: the fold that owns a
+model, ``LiveFolds``, may change in place what no snapshot still holds, as CPython's own
+``str`` concatenation does with a string only it references).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, Protocol, TypeVar
 
 from ctxledger.domain.events import Event
 
-__all__ = ["Additions", "AgentDrafts", "BatchFold", "Handlers", "Thawed"]
+__all__ = ["Additions", "AgentDrafts", "BatchFold", "Handlers", "Thawed", "holders"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -24,6 +28,27 @@ S_co = TypeVar("S_co", covariant=True)
 
 Handlers = Mapping[type[Event], Callable[[Any], None]]
 """Event type → what a batch fold does with an event of that type (types absent: nothing)."""
+
+
+_OVERHEAD = 0
+
+
+def holders(obj: object) -> int:
+    """How many references hold *obj*, not counting the argument expression passed here (pass
+    an attribute or item, ``holders(self.items)``: a local variable is itself a holder).
+
+    Exact on CPython with the GIL: a fold that can account for every holder of an object (the
+    fields of the structs it was given, its own attributes) knows nothing else can reach it,
+    so changing it in place is invisible. Elsewhere (PyPy, free-threaded builds) it answers a
+    count no caller expects, so every object is copied as before."""
+    return sys.getrefcount(obj) - _OVERHEAD
+
+
+_PROBE = [object()]
+_OVERHEAD = holders(_PROBE[0]) - 1 if sys.implementation.name == "cpython" else -(1 << 30)
+if not getattr(sys, "_is_gil_enabled", lambda: True)():  # free-threaded: counts are biased
+    _OVERHEAD = -(1 << 30)
+del _PROBE
 
 
 class BatchFold(Protocol[S_co]):

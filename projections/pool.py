@@ -34,7 +34,7 @@ from ctxledger.domain.events import (
     TurnSucceeded,
 )
 from ctxledger.domain.model import Item, Source
-from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed
+from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed, holders
 
 __all__ = ["AgentPool", "Pool", "PoolBatch", "evolve_pool", "steering_form", "verified_form"]
 
@@ -252,9 +252,12 @@ class _PoolDraft:
     """One agent's pool during a batch. Its dicts are copied on their first change, so an
     agent recording thousands of items copies ``items``/``seq``/``seen`` once per batch
     instead of once per item (the pure fold is quadratic in one agent's recordings). Those
-    three change together on every recording, so they are copied together."""
+    three change together on every recording, so they are copied together — or not at all
+    when the batch owns the model and no snapshot holds them (``_owns_recordings``): an
+    engine recording and building turn after turn then never copies an agent's history."""
 
     __slots__ = (
+        "_model",
         "_recordings_copied",
         "built_upto",
         "items",
@@ -262,12 +265,15 @@ class _PoolDraft:
         "removed",
         "seen",
         "seq",
+        "source",
         "touched",
         "touched_since",
         "verified",
     )
 
-    def __init__(self, pool: AgentPool) -> None:
+    def __init__(self, pool: AgentPool, model: list[Pool]) -> None:
+        self.source = pool
+        self._model = model
         self.items = pool.items
         self.seq = pool.seq
         self.seen = pool.seen
@@ -288,12 +294,27 @@ class _PoolDraft:
         else:
             touched.append(item_id)
 
+    def _owns_recordings(self) -> bool:
+        """Whether ``items``, ``seq`` and ``seen`` are reachable only through this draft: the
+        batch's model is held by the batch alone (its owner handed it over), the model's agent
+        map by the model and the batch's drafts, this agent's pool by that map and this draft,
+        and each dict by that pool and this draft."""
+        return (
+            holders(self._model[0]) == 1
+            and holders(self._model[0].by_agent) == 2
+            and holders(self.source) == 2
+            and holders(self.items) == 2
+            and holders(self.seq) == 2
+            and holders(self.seen) == 2
+        )
+
     def edit_items(self) -> dict[str, Item]:
         """``items``, ``seq`` and ``seen`` made this batch's own; returns ``items``."""
         if not self._recordings_copied:
-            self.items = dict(self.items)
-            self.seq = dict(self.seq)
-            self.seen = dict(self.seen)
+            if not self._owns_recordings():
+                self.items = dict(self.items)
+                self.seq = dict(self.seq)
+                self.seen = dict(self.seen)
             self._recordings_copied = True
         return self.items
 
@@ -337,7 +358,11 @@ class PoolBatch:
     """``evolve_pool`` over a batch of events (see ``projections.drafts``)."""
 
     def __init__(self, state: Pool) -> None:
-        self.agents = AgentDrafts(state.by_agent, _PoolDraft, AgentPool)
+        model = [state]
+        """The model before the batch, held only here (``_PoolDraft._owns_recordings`` counts
+        its holders; the drafts hold this list, not the batch: no reference cycle keeps a
+        finished batch, and the model it held, alive)."""
+        self.agents = AgentDrafts(state.by_agent, lambda pool: _PoolDraft(pool, model), AgentPool)
         self._opened = self.agents.drafts.get
 
     def handlers(self) -> Handlers:
