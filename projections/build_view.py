@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Literal, overload
 
 import msgspec
 
@@ -23,7 +24,7 @@ from ctxledger.domain.prompt import PromptParts, compose
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.turn_errors import TurnError
-from ctxledger.projections.pool import AgentPool
+from ctxledger.projections.pool import AgentPool, verified_form
 from ctxledger.projections.turn_memo import TurnMemo, TurnView, emitted_context, turn_view
 
 __all__ = [
@@ -49,7 +50,8 @@ class BuildView(msgspec.Struct, frozen=True, kw_only=True):
     has emitted (None before its first pack), the verified ids and the generation itself."""
 
     generation: Generation
-    candidates: tuple[Item, ...]
+    candidates: Sequence[Item]
+    """``pool.candidates()`` (a ``Candidates``: made only if the plan reads it)."""
     emitted: EmittedContext | None
     verified_ids: frozenset[str]
     turn: TurnView | None = None
@@ -70,12 +72,63 @@ def previous_prompt(ctx: EmittedContext | None) -> PromptParts | None:
 DECISION_POINT = "decision_point"
 
 
-def _candidates(pool: AgentPool) -> tuple[Item, ...]:
-    """``pool.candidates()``; with nothing removed or verified, the items as they are (a copy
-    in C rather than a Python pass over the pool)."""
-    if not pool.removed and not pool.verified:
-        return tuple(pool.items.values())
-    return tuple(pool.candidates())
+class Candidates(Sequence[Item]):
+    """``pool.candidates()`` of one pool snapshot as a sequence, made on first use: an append
+    planned from the turn memo never reads the candidates, so a turn does not copy the
+    history into a tuple it would not look at. Holding the snapshot keeps it unchanged
+    (a fold copies what a snapshot still holds: ``projections.drafts.holders``)."""
+
+    __slots__ = ("_items", "_pool")
+
+    def __init__(self, pool: AgentPool) -> None:
+        self._pool = pool
+        self._items: tuple[Item, ...] | None = None
+
+    def _all(self) -> tuple[Item, ...]:
+        items = self._items
+        if items is None:
+            pool = self._pool
+            if not pool.removed and not pool.verified:  # a copy in C, not a Python pass
+                items = tuple(pool.items.values())
+            else:
+                items = tuple(pool.candidates())
+            self._items = items
+        return items
+
+    def __len__(self) -> int:
+        pool = self._pool
+        if self._items is None and not pool.removed:
+            return len(pool.items)
+        return len(self._all())
+
+    def __iter__(self) -> Iterator[Item]:
+        return iter(self._all())
+
+    def __reversed__(self) -> Iterator[Item]:
+        """Newest first, without making the sequence (the latest-step policy reads only the
+        newest few)."""
+        if self._items is not None:
+            return reversed(self._items)
+        pool = self._pool
+        removed, verified = pool.removed, pool.verified
+        return (
+            verified_form(item) if i in verified else item
+            for i, item in reversed(pool.items.items())
+            if i not in removed
+        )
+
+    @overload
+    def __getitem__(self, index: int) -> Item: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Item, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> Item | tuple[Item, ...]:
+        if index == -1 and self._items is None:
+            for item in reversed(self):
+                return item
+            raise IndexError("no candidates")
+        return self._all()[index]
 
 
 def build_view(gen: Generation, pool: AgentPool, purpose: str = "") -> BuildView:
@@ -84,13 +137,13 @@ def build_view(gen: Generation, pool: AgentPool, purpose: str = "") -> BuildView
     if purpose == DECISION_POINT:
         return BuildView(
             generation=Generation(number=gen.number),
-            candidates=_candidates(pool),
+            candidates=Candidates(pool),
             emitted=None,
             verified_ids=frozenset(pool.verified),
         )
     return BuildView(
         generation=gen,
-        candidates=_candidates(pool),
+        candidates=Candidates(pool),
         emitted=emitted_context(gen, pool),
         verified_ids=frozenset(pool.verified),
     )
@@ -107,7 +160,7 @@ def turn_build_view(
     turn = turn_view(memo, gen, pool)
     return BuildView(
         generation=gen,
-        candidates=_candidates(pool),
+        candidates=Candidates(pool),
         emitted=turn.context() if turn is not None else None,
         verified_ids=frozenset(pool.verified),
         turn=turn,
