@@ -974,6 +974,9 @@ class ContextEngine:
         if record.stable_prompt is not None:
             self._prompts[agent_id] = (started.pack_id, record.stable_prompt)
         self._remember_turn(agent_id, view, record)
+        # Dropped before the fold: a snapshot still held here would make the live folds copy
+        # the agent's decisions and pool instead of extending them in place (drafts.holders).
+        del ag, view, memo
         self._appended(len(record.events))
         level = logging.INFO if record.kind == "rebuild" else logging.DEBUG
         if _log.isEnabledFor(level):  # the summary costs a pass over the pack's items

@@ -72,10 +72,21 @@ class Thawed(Generic[K, V]):
         self.current = frozen
         self._owned = False
 
+    @property
+    def owned(self) -> bool:
+        """Whether ``current`` is this batch's own (copied, or adopted)."""
+        return self._owned
+
     def edit(self) -> dict[K, V]:
         if not self._owned:
             self.current = dict(self.current)
             self._owned = True
+        return self.current
+
+    def adopt(self) -> dict[K, V]:
+        """``current`` made this batch's own without a copy: for a caller that has made sure
+        nothing else can reach it (``holders``)."""
+        self._owned = True
         return self.current
 
 

@@ -35,7 +35,7 @@ from ctxledger.domain.events import (
 from ctxledger.domain.model import AgentIdentity, Decision, Generation, apply_decision_delta
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.settings import AgentSettings
-from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed
+from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed, holders
 
 __all__ = ["AgentGenerations", "Generations", "GenerationsBatch", "evolve_generations"]
 
@@ -229,9 +229,11 @@ class _AgentDraft:
     copied per build by the pure fold — edited in place, and its pack figures as the last
     build left them (``packed_by``, ``builds_added``, ``points_added``: the pure fold builds
     a new Generation per build). They are joined to it once, when the generation closes or
-    the batch ends (``current_generation``)."""
+    the batch ends (``current_generation``). The decisions are copied on their first change
+    only when a snapshot may still hold them (``_owns_decisions``)."""
 
     __slots__ = (
+        "_model",
         "agent",
         "builds_added",
         "closed",
@@ -245,10 +247,13 @@ class _AgentDraft:
         "refresh_streak",
         "scope",
         "settings",
+        "source",
         "window",
     )
 
-    def __init__(self, ag: AgentGenerations) -> None:
+    def __init__(self, ag: AgentGenerations, model: list[Generations]) -> None:
+        self.source = ag
+        self._model = model
         self.agent = ag.agent
         self.closed = Additions(ag.generations[:-1])
         self.previous: dict[str, Decision] = (
@@ -275,10 +280,26 @@ class _AgentDraft:
         self.builds_added = 0
         self.points_added = 0
 
+    def _owns_decisions(self) -> bool:
+        """Whether the current generation's decisions are reachable only through this draft:
+        the batch's model held by the batch alone, its agent map by the model and the batch's
+        drafts, this agent by that map and this draft, its generations by this agent, the
+        current generation by them and this draft, its decisions by it and this draft."""
+        return (
+            self.current is self.source.generations[-1]
+            and holders(self._model[0]) == 1
+            and holders(self._model[0].by_agent) == 2
+            and holders(self.source) == 2
+            and holders(self.source.generations) == 1
+            and holders(self.current) == 2
+            and holders(self.decisions.current) == 2
+        )
+
     def built(self, event: ContextPackBuilt) -> None:
         """A pack of the current generation: ``apply_decision_delta`` and ``_next_order`` in
         place."""
-        decisions = self.decisions.edit()
+        thawed = self.decisions
+        decisions = thawed.adopt() if not thawed.owned and self._owns_decisions() else thawed.edit()
         for item_id in event.retired:
             decisions.pop(item_id, None)
         previous = self.previous
@@ -339,7 +360,9 @@ class GenerationsBatch:
     """``evolve_generations`` over a batch of events (see ``projections.drafts``)."""
 
     def __init__(self, state: Generations) -> None:
-        self.agents = AgentDrafts(state.by_agent, _AgentDraft)
+        model = [state]
+        """The model before the batch, held only here (see ``PoolBatch``)."""
+        self.agents = AgentDrafts(state.by_agent, lambda ag: _AgentDraft(ag, model))
         self._opened = self.agents.drafts.get
 
     def handlers(self) -> Handlers:

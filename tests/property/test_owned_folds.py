@@ -1,11 +1,12 @@
 """A fold that owns its model changes in place only what no snapshot can reach.
 
 ``LiveFolds`` hands a frozen model over to the fold it opens; the pool's fold then skips the
-copy of an agent's ``items``/``seq``/``seen`` when ``holders`` accounts for every reference
-to them. These tests hold snapshots at every level of the model — the pool, its agent map,
-one agent's pool, each of its dicts — or drop them, at random points of random histories:
-whatever is held never changes, the models equal the pure folds, and when nothing is held
-the dicts really are reused (no copy), while a held one is copied.
+copy of an agent's ``items``/``seq``/``seen``, and the generations fold the copy of the
+current generation's decisions, when ``holders`` accounts for every reference to them. These
+tests hold snapshots at every level of both models — the model, its agent map, one agent,
+its generations, the current generation, each dict — or drop them, at random points of
+random histories: whatever is held never changes, the models equal the pure folds, and when
+nothing is held the dicts really are reused (no copy), while a held one is copied.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ctxledger.domain import events as ev
-from ctxledger.domain.model import AgentIdentity, Item, Layer, Source
+from ctxledger.domain.model import AgentIdentity, Decision, Item, Layer, Source
 from ctxledger.projections.batch import LiveFolds, fold_stream
 from ctxledger.projections.catalog import PROJECTIONS, fold_all
 from ctxledger.projections.drafts import holders
+from ctxledger.projections.generations import Generations
 from ctxledger.projections.pool import Pool
 from tests.property.test_batch_replay import histories
 
@@ -48,6 +50,27 @@ def _part(pool: Pool, part: str) -> Any:
     return getattr(agent, part)
 
 
+_GEN_PARTS = ("drop", "model", "by_agent", "agent", "generations", "current", "decisions")
+
+
+def _gen_part(model: Generations, part: str) -> Any:
+    """What a reader keeps of a generations snapshot (None: the snapshot is dropped)."""
+    if part == "drop":
+        return None
+    if part == "model":
+        return model
+    if part == "by_agent":
+        return model.by_agent
+    agent = next(iter(model.by_agent.values()), None)
+    if agent is None or part == "agent":
+        return agent
+    if part == "generations":
+        return agent.generations
+    if part == "current":
+        return agent.generations[-1]
+    return agent.generations[-1].decisions
+
+
 def _live() -> LiveFolds:
     return LiveFolds({p.name: p.initial() for p in PROJECTIONS}, PROJECTIONS)
 
@@ -69,6 +92,28 @@ def test_snapshots_held_at_any_level_never_change(seq: list[ev.Event], data: st.
     assert live.all()["pool"] == fold_all(seq).pool
     for part, encoded in kept:
         assert msgspec.json.encode(part) == encoded  # never changed by a later feed
+
+
+@settings(max_examples=200, deadline=None)
+@given(histories(), st.data())
+def test_generation_snapshots_held_at_any_level_never_change(
+    seq: list[ev.Event], data: st.DataObject
+) -> None:
+    live = _live()
+    kept: list[tuple[Any, bytes]] = []
+    cuts = sorted(data.draw(st.lists(st.integers(0, len(seq)), max_size=8)))
+    start = 0
+    for cut in [*cuts, len(seq)]:
+        live.feed(seq[start:cut])
+        start = max(start, cut)
+        part = _gen_part(live.get("generations"), data.draw(st.sampled_from(_GEN_PARTS)))
+        if part is not None:
+            kept.append((part, msgspec.json.encode(part)))
+        del part
+    final = live.all()["generations"]
+    assert final == fold_all(seq).generations
+    for part, encoded in kept:
+        assert msgspec.json.encode(part) == encoded
 
 
 def _recorded(n: int, agent_id: str = "a") -> ev.ItemRecorded:
@@ -101,6 +146,47 @@ def test_a_dropped_snapshot_is_reused_and_a_held_one_copied(part: str) -> None:
     assert items_now != items_before  # a snapshot held part of it: copied
     assert list(live.get("pool").by_agent["a"].items) == ["i0", "i1", "i2", "i3"]
     assert msgspec.json.encode(held) == encoded
+
+
+def _pack(n: int, *item_ids: str) -> ev.ContextPackBuilt:
+    decisions = tuple(
+        Decision(item_id=i, action="included", tokens_before=3, tokens_after=3) for i in item_ids
+    )
+    return ev.ContextPackBuilt(
+        at=_AT, agent_id="a", pack_id=f"a/g1/v{n}", decisions=decisions, order_appended=item_ids
+    )
+
+
+def _decisions_id(live: LiveFolds) -> int:
+    return id(live.get("generations").by_agent["a"].generations[-1].decisions)
+
+
+@pytest.mark.skipif(not CPYTHON, reason="in-place reuse needs CPython's exact reference counts")
+@pytest.mark.parametrize("part", _GEN_PARTS[1:])
+def test_a_dropped_generation_is_reused_and_a_held_one_copied(part: str) -> None:
+    live = _live()
+    live.feed([_registered(), _pack(1, "i0"), _pack(2, "i1")])
+    before = _decisions_id(live)
+    live.feed([_pack(3, "i2")])
+    after = _decisions_id(live)
+    assert after == before  # nothing held it: extended in place
+    assert list(live.get("generations").by_agent["a"].generations[-1].decisions) == [
+        "i0",
+        "i1",
+        "i2",
+    ]
+
+    held = _gen_part(live.get("generations"), part)
+    encoded = msgspec.json.encode(held)
+    before = _decisions_id(live)
+    live.feed([_pack(4, "i3")])
+    after = _decisions_id(live)
+    assert after != before  # a snapshot held part of it: copied
+    assert msgspec.json.encode(held) == encoded
+    assert (
+        live.all()["generations"]
+        == fold_all([_registered(), *(_pack(n + 1, f"i{n}") for n in range(4))]).generations
+    )
 
 
 def test_a_replay_never_changes_the_states_it_starts_from() -> None:
