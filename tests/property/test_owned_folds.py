@@ -12,6 +12,7 @@ nothing is held the dicts really are reused (no copy), while a held one is copie
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -75,9 +76,19 @@ def _live() -> LiveFolds:
     return LiveFolds({p.name: p.initial() for p in PROJECTIONS}, PROJECTIONS)
 
 
+_MODELS: dict[str, tuple[tuple[str, ...], Callable[[Any, str], Any]]] = {
+    "pool": (_PARTS, _part),
+    "generations": (_GEN_PARTS, _gen_part),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_MODELS))
 @settings(max_examples=200, deadline=None)
 @given(histories(), st.data())
-def test_snapshots_held_at_any_level_never_change(seq: list[ev.Event], data: st.DataObject) -> None:
+def test_snapshots_held_at_any_level_never_change(
+    name: str, seq: list[ev.Event], data: st.DataObject
+) -> None:
+    parts, take = _MODELS[name]
     live = _live()
     kept: list[tuple[Any, bytes]] = []
     cuts = sorted(data.draw(st.lists(st.integers(0, len(seq)), max_size=8)))
@@ -85,35 +96,14 @@ def test_snapshots_held_at_any_level_never_change(seq: list[ev.Event], data: st.
     for cut in [*cuts, len(seq)]:
         live.feed(seq[start:cut])
         start = max(start, cut)
-        part = _part(live.get("pool"), data.draw(st.sampled_from(_PARTS)))
+        part = take(live.get(name), data.draw(st.sampled_from(parts)))
         if part is not None:
             kept.append((part, msgspec.json.encode(part)))
         del part
-    assert live.all()["pool"] == fold_all(seq).pool
+    final = live.all()[name]
+    assert final == getattr(fold_all(seq), name)
     for part, encoded in kept:
         assert msgspec.json.encode(part) == encoded  # never changed by a later feed
-
-
-@settings(max_examples=200, deadline=None)
-@given(histories(), st.data())
-def test_generation_snapshots_held_at_any_level_never_change(
-    seq: list[ev.Event], data: st.DataObject
-) -> None:
-    live = _live()
-    kept: list[tuple[Any, bytes]] = []
-    cuts = sorted(data.draw(st.lists(st.integers(0, len(seq)), max_size=8)))
-    start = 0
-    for cut in [*cuts, len(seq)]:
-        live.feed(seq[start:cut])
-        start = max(start, cut)
-        part = _gen_part(live.get("generations"), data.draw(st.sampled_from(_GEN_PARTS)))
-        if part is not None:
-            kept.append((part, msgspec.json.encode(part)))
-        del part
-    final = live.all()["generations"]
-    assert final == fold_all(seq).generations
-    for part, encoded in kept:
-        assert msgspec.json.encode(part) == encoded
 
 
 def _recorded(n: int, agent_id: str = "a") -> ev.ItemRecorded:
