@@ -18,7 +18,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ctxledger.domain.events import Event
 
-__all__ = ["Additions", "AgentDrafts", "BatchFold", "Handlers", "Thawed", "holders"]
+__all__ = ["Additions", "AgentDrafts", "BatchFold", "Handlers", "Thawed", "agent_owned", "holders"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -49,6 +49,14 @@ _OVERHEAD = holders(_PROBE[0]) - 1 if sys.implementation.name == "cpython" else 
 if not getattr(sys, "_is_gil_enabled", lambda: True)():  # free-threaded: counts are biased
     _OVERHEAD = -(1 << 30)
 del _PROBE
+
+
+def agent_owned(model: list[Any], draft: Any) -> bool:
+    """Whether one agent of a batch's model is reachable only through the batch: the model
+    (``model[0]``, a ``by_agent`` map's owner) held by the batch's one-element list alone, its
+    agent map by the model and the batch's ``AgentDrafts``, and the agent (``draft.source``)
+    by that map and its draft. What the agent holds the caller checks itself."""
+    return holders(model[0]) == 1 and holders(model[0].by_agent) == 2 and holders(draft.source) == 2
 
 
 class BatchFold(Protocol[S_co]):

@@ -35,7 +35,14 @@ from ctxledger.domain.events import (
 from ctxledger.domain.model import AgentIdentity, Decision, Generation, apply_decision_delta
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.settings import AgentSettings
-from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed, holders
+from ctxledger.projections.drafts import (
+    Additions,
+    AgentDrafts,
+    Handlers,
+    Thawed,
+    agent_owned,
+    holders,
+)
 
 __all__ = ["AgentGenerations", "Generations", "GenerationsBatch", "evolve_generations"]
 
@@ -282,14 +289,12 @@ class _AgentDraft:
 
     def _owns_decisions(self) -> bool:
         """Whether the current generation's decisions are reachable only through this draft:
-        the batch's model held by the batch alone, its agent map by the model and the batch's
-        drafts, this agent by that map and this draft, its generations by this agent, the
-        current generation by them and this draft, its decisions by it and this draft."""
+        this agent only through the batch (``agent_owned``), its generations only through this
+        agent, the current generation through them and this draft, its decisions through it
+        and this draft."""
         return (
             self.current is self.source.generations[-1]
-            and holders(self._model[0]) == 1
-            and holders(self._model[0].by_agent) == 2
-            and holders(self.source) == 2
+            and agent_owned(self._model, self)
             and holders(self.source.generations) == 1
             and holders(self.current) == 2
             and holders(self.decisions.current) == 2

@@ -34,7 +34,14 @@ from ctxledger.domain.events import (
     TurnSucceeded,
 )
 from ctxledger.domain.model import Item, Source
-from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed, holders
+from ctxledger.projections.drafts import (
+    Additions,
+    AgentDrafts,
+    Handlers,
+    Thawed,
+    agent_owned,
+    holders,
+)
 
 __all__ = ["AgentPool", "Pool", "PoolBatch", "evolve_pool", "steering_form", "verified_form"]
 
@@ -295,14 +302,11 @@ class _PoolDraft:
             touched.append(item_id)
 
     def _owns_recordings(self) -> bool:
-        """Whether ``items``, ``seq`` and ``seen`` are reachable only through this draft: the
-        batch's model is held by the batch alone (its owner handed it over), the model's agent
-        map by the model and the batch's drafts, this agent's pool by that map and this draft,
-        and each dict by that pool and this draft."""
+        """Whether ``items``, ``seq`` and ``seen`` are reachable only through this draft: this
+        agent's pool only through the batch (``agent_owned``), each dict only through that pool
+        and this draft."""
         return (
-            holders(self._model[0]) == 1
-            and holders(self._model[0].by_agent) == 2
-            and holders(self.source) == 2
+            agent_owned(self._model, self)
             and holders(self.items) == 2
             and holders(self.seq) == 2
             and holders(self.seen) == 2
