@@ -12,7 +12,6 @@ nothing is held the dicts really are reused (no copy), while a held one is copie
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,69 +25,63 @@ from ctxledger.domain.model import AgentIdentity, Decision, Item, Layer, Source
 from ctxledger.projections.batch import LiveFolds, fold_stream
 from ctxledger.projections.catalog import PROJECTIONS, fold_all
 from ctxledger.projections.drafts import holders
-from ctxledger.projections.generations import Generations
-from ctxledger.projections.pool import Pool
 from tests.property.test_batch_replay import histories
 
 CPYTHON = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()
 _AT = datetime(2026, 1, 1, tzinfo=UTC)
 
-_PARTS = ("drop", "pool", "by_agent", "agent", "items", "seq", "seen")
+_PATHS: dict[str, dict[str, tuple[str, ...] | None]] = {
+    "pool": {
+        "drop": None,
+        "model": (),
+        "by_agent": ("by_agent",),
+        "agent": ("by_agent", "first"),
+        "items": ("by_agent", "first", "items"),
+        "seq": ("by_agent", "first", "seq"),
+        "seen": ("by_agent", "first", "seen"),
+    },
+    "generations": {
+        "drop": None,
+        "model": (),
+        "by_agent": ("by_agent",),
+        "agent": ("by_agent", "first"),
+        "generations": ("by_agent", "first", "generations"),
+        "current": ("by_agent", "first", "generations", "last"),
+        "decisions": ("by_agent", "first", "generations", "last", "decisions"),
+    },
+}
+"""Per model, what a reader may keep of a snapshot: a path from the model down to the part
+(``first``: the map's first agent, ``last``: the tuple's last element; None: dropped)."""
 
 
-def _part(pool: Pool, part: str) -> Any:
-    """What a reader keeps of a pool snapshot: the model, its agent map, one agent's pool or
-    one of that pool's dicts (None: the snapshot is dropped)."""
-    if part == "drop":
+def _part(model: Any, name: str, part: str) -> Any:
+    """The part of a snapshot of model *name* a reader keeps (None: nothing, or no agent)."""
+    path = _PATHS[name][part]
+    if path is None:
         return None
-    if part == "pool":
-        return pool
-    if part == "by_agent":
-        return pool.by_agent
-    agent = next(iter(pool.by_agent.values()), None)
-    if agent is None or part == "agent":
-        return agent
-    return getattr(agent, part)
-
-
-_GEN_PARTS = ("drop", "model", "by_agent", "agent", "generations", "current", "decisions")
-
-
-def _gen_part(model: Generations, part: str) -> Any:
-    """What a reader keeps of a generations snapshot (None: the snapshot is dropped)."""
-    if part == "drop":
-        return None
-    if part == "model":
-        return model
-    if part == "by_agent":
-        return model.by_agent
-    agent = next(iter(model.by_agent.values()), None)
-    if agent is None or part == "agent":
-        return agent
-    if part == "generations":
-        return agent.generations
-    if part == "current":
-        return agent.generations[-1]
-    return agent.generations[-1].decisions
+    found = model
+    for step in path:
+        if step == "first":
+            found = next(iter(found.values()), None)
+        elif step == "last":
+            found = found[-1]
+        else:
+            found = getattr(found, step)
+        if found is None:
+            return None
+    return found
 
 
 def _live() -> LiveFolds:
     return LiveFolds({p.name: p.initial() for p in PROJECTIONS}, PROJECTIONS)
 
 
-_MODELS: dict[str, tuple[tuple[str, ...], Callable[[Any, str], Any]]] = {
-    "pool": (_PARTS, _part),
-    "generations": (_GEN_PARTS, _gen_part),
-}
-
-
-@pytest.mark.parametrize("name", sorted(_MODELS))
+@pytest.mark.parametrize("name", sorted(_PATHS))
 @settings(max_examples=200, deadline=None)
 @given(histories(), st.data())
 def test_snapshots_held_at_any_level_never_change(
     name: str, seq: list[ev.Event], data: st.DataObject
 ) -> None:
-    parts, take = _MODELS[name]
     live = _live()
     kept: list[tuple[Any, bytes]] = []
     cuts = sorted(data.draw(st.lists(st.integers(0, len(seq)), max_size=8)))
@@ -96,7 +89,7 @@ def test_snapshots_held_at_any_level_never_change(
     for cut in [*cuts, len(seq)]:
         live.feed(seq[start:cut])
         start = max(start, cut)
-        part = take(live.get(name), data.draw(st.sampled_from(parts)))
+        part = _part(live.get(name), name, data.draw(st.sampled_from(sorted(_PATHS[name]))))
         if part is not None:
             kept.append((part, msgspec.json.encode(part)))
         del part
@@ -118,7 +111,7 @@ def _registered(agent_id: str = "a") -> ev.AgentRegistered:
 
 
 @pytest.mark.skipif(not CPYTHON, reason="in-place reuse needs CPython's exact reference counts")
-@pytest.mark.parametrize("part", _PARTS[1:])
+@pytest.mark.parametrize("part", [p for p in _PATHS["pool"] if p != "drop"])
 def test_a_dropped_snapshot_is_reused_and_a_held_one_copied(part: str) -> None:
     live = _live()
     live.feed([_registered(), _recorded(0), _recorded(1)])
@@ -128,7 +121,7 @@ def test_a_dropped_snapshot_is_reused_and_a_held_one_copied(part: str) -> None:
     assert after == before  # nothing held it: extended in place, not copied
     assert list(live.get("pool").by_agent["a"].items) == ["i0", "i1", "i2"]
 
-    held = _part(live.get("pool"), part)
+    held = _part(live.get("pool"), "pool", part)
     encoded = msgspec.json.encode(held)
     items_before = id(live.get("pool").by_agent["a"].items)
     live.feed([_recorded(3)])
@@ -152,7 +145,7 @@ def _decisions_id(live: LiveFolds) -> int:
 
 
 @pytest.mark.skipif(not CPYTHON, reason="in-place reuse needs CPython's exact reference counts")
-@pytest.mark.parametrize("part", _GEN_PARTS[1:])
+@pytest.mark.parametrize("part", [p for p in _PATHS["generations"] if p != "drop"])
 def test_a_dropped_generation_is_reused_and_a_held_one_copied(part: str) -> None:
     live = _live()
     live.feed([_registered(), _pack(1, "i0"), _pack(2, "i1")])
@@ -166,7 +159,7 @@ def test_a_dropped_generation_is_reused_and_a_held_one_copied(part: str) -> None
         "i2",
     ]
 
-    held = _gen_part(live.get("generations"), part)
+    held = _part(live.get("generations"), "generations", part)
     encoded = msgspec.json.encode(held)
     before = _decisions_id(live)
     live.feed([_pack(4, "i3")])
