@@ -27,6 +27,7 @@ from ctxledger.domain.codec import encode_event
 from ctxledger.domain.generation_policy import plan_build
 from ctxledger.domain.model import AgentIdentity
 from ctxledger.domain.prompt import compose
+from ctxledger.domain.strategies import strategy_names
 
 __all__ = ["TickClock", "run_build_latency"]
 
@@ -46,9 +47,11 @@ def _ratio(a: dict[str, float], b: dict[str, float], key: str = "p50") -> float:
     return round(a[key] / b[key], 2) if b[key] else float("nan")
 
 
-def _selection(n: int, repeat: int, max_seconds: float) -> dict[str, Any]:
+def _selection(
+    n: int, repeat: int, max_seconds: float, *, strategy: str = "variable"
+) -> dict[str, Any]:
     pool = make_pool(n)
-    request = make_request(pool)
+    request = make_request(pool, strategy=strategy)
     counter = default_counter()
 
     def select() -> str:
@@ -64,6 +67,7 @@ def _selection(n: int, repeat: int, max_seconds: float) -> dict[str, Any]:
     sel, lim = stats(samples["selection"]), stats(samples["limit"])
     return {
         "items": n,
+        "strategy": strategy,
         "pool_tokens": pool_tokens(pool),
         "included": sum(d.action != "dropped" for d in plan.result.decisions.values()),
         "used_tokens": plan.result.used,
@@ -168,12 +172,18 @@ def run_build_latency(
     """Selection and engine latency per pool size, ratios to the floor, fitted growth."""
     began = time.perf_counter()
     selection = [_selection(n, repeat, max_seconds) for n in sizes]
+    # Every strategy at the 10k pool (the issue's size; the largest size up to it in a quick run)
+    at = max((n for n in sizes if n <= 10_000), default=min(sizes))
+    strategies = [
+        _selection(at, repeat, max_seconds, strategy=s) for s in strategy_names() if s != "variable"
+    ]
     engine = [_engine(n, repeat, max_seconds) for n in engine_sizes]
     p50s = [r["selection"]["p50"] for r in selection]
     return {
         "budget": BUDGET,
         "start": START.isoformat(),
         "selection": selection,
+        "strategies": [r for r in selection if r["items"] == at] + strategies,
         "engine": engine,
         "growth_exponent": fit_exponent(sizes, p50s) if len(sizes) > 1 else None,
         "limit_growth_exponent": (

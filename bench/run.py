@@ -99,6 +99,7 @@ class Config:
     scale_tenth: bool = True
     secret_kib: int = 512
     encryption_items: int = 3_000
+    wide_events: int = 400_000  # replay vs raw on a wider log (the issue's 400k / 800 agents)
 
 
 FULL = Config(
@@ -141,6 +142,7 @@ QUICK = Config(
     one_agent_items=4_000,
     secret_kib=16,
     encryption_items=200,
+    wide_events=20_000,
 )
 
 
@@ -216,12 +218,40 @@ def section_ledger(cfg: Config, template: list[Any], tmp: Path) -> dict[str, Any
             "payload_bytes_mean": round(sum(len(r[3]) for r in rows) / n),
         }
     )
+    out["wide"] = _wide_replay(cfg, template, tmp)
+    _log(f"ledger: wide replay {out['wide']}")
     _log("ledger: opening an engine on the log with no saved read models")
     out["cold_open"] = cold_open(tmp / "ledger-0.db")
     _log(f"ledger: cold open {out['cold_open']}")
     out["one_agent"] = one_agent(cfg.one_agent_items, log=_log)
     _log(f"ledger: one agent {out['one_agent']}")
     return out
+
+
+def _wide_replay(cfg: Config, template: list[Any], tmp: Path) -> dict[str, Any]:
+    """Replay through every projection beside raw sqlite3 + msgspec on a log of
+    ``cfg.wide_events`` events with more agents (each replica renames the template's agents),
+    loaded with plain sqlite3; rounds interleaved, medians."""
+    path = tmp / "wide.db"
+    copies = max(1, -(-cfg.wide_events // len(template)))
+    chunks = replicas(template, copies)
+    last = cfg.wide_events - (copies - 1) * len(template)  # the last copy is cut to size
+    _, count = sqlite_bulk_load(
+        str(path), (c if k < copies - 1 else c[:last] for k, c in enumerate(chunks))
+    )
+    ours, raw = [], []
+    for _ in range(cfg.ledger_rounds):
+        ours.append(replay_ledger(f"sqlite:///{path}")[0])
+        raw.append(raw_sqlite_replay(str(path))[0])
+    path.unlink()
+    o, w = sorted(ours)[len(ours) // 2], sorted(raw)[len(raw) // 2]
+    return {
+        "events": count,
+        "agents": cfg.template_agents * copies,
+        "replay_per_s": rate(count, o),
+        "raw_replay_per_s": rate(count, w),
+        "replay_ratio": round(w / o, 3),
+    }
 
 
 def section_scale(cfg: Config, template: list[Any], tmp: Path) -> dict[str, Any]:

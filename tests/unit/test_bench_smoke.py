@@ -32,6 +32,7 @@ TINY = dataclasses.replace(
     turn_sizes=(40, 80),
     session_turns=12,
     encryption_items=20,
+    wide_events=300,
 )
 SECTIONS = ("turn", "build", "ledger", "scale", "growth", "peers", "memory", "encryption")
 
@@ -50,7 +51,14 @@ def test_tiny_run_writes_results_and_regenerates_the_doc(tmp_path: Path) -> None
     assert stored["config"]["name"] == "tiny"
     assert [r["items"] for r in stored["build"]["selection"]] == [40, 80, 160]
     assert stored["build"]["selection"][0]["limit"]["n"] >= 3
+    assert [r["strategy"] for r in stored["build"]["strategies"]] == [
+        "variable",
+        *(s for s in strategy_names() if s != "variable"),
+    ]
+    assert {r["items"] for r in stored["build"]["strategies"]} == {160}
     assert stored["ledger"]["events"] == 120
+    assert stored["ledger"]["wide"]["events"] == TINY.wide_events
+    assert stored["ledger"]["wide"]["raw_replay_per_s"] > 0
     assert stored["scale"]["large"]["projections"]["events"] == 200
     assert stored["scale"]["large"]["read"]["peak_rss_mb"] > 0
     assert stored["growth"]["turns"] == 12
@@ -62,7 +70,10 @@ def test_tiny_run_writes_results_and_regenerates_the_doc(tmp_path: Path) -> None
     assert stored["encryption"]["items"] == 20
     assert stored["encryption"]["encrypted"]["events"] == stored["encryption"]["plain"]["events"]
     assert stored["encryption"]["encrypted"]["erase_s"] > 0
-    assert {t["target"] for t in stored["targets"]} >= {"batched append / raw sqlite3"}
+    names = {t["target"] for t in stored["targets"]}
+    assert "batched append / raw sqlite3" in names
+    assert "160 selection / limit pipeline, `layered`" in names
+    assert any(n.startswith("replay / raw sqlite3 + msgspec (300 events, ") for n in names)
 
     text = doc.read_text()
     assert "hand-written text" in text
