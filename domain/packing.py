@@ -410,10 +410,14 @@ class Accumulator:
 
     def drop(self, c: Candidate, reason: str) -> None:
         item = c.item
-        self.decisions[item.id] = _dropped(item.id, reason, c.tokens)
+        self.drop_id(item.id, item.layer, c.tokens, reason)
+
+    def drop_id(self, item_id: str, layer: Layer, tokens: int, reason: str) -> None:
+        """:meth:`drop` from an item's facts (the ranked packer has no candidate object)."""
+        self.decisions[item_id] = _dropped(item_id, reason, tokens)
         self.dropped += 1
         if reason != EXCLUDED_BY_SCOPE:
-            self.truncated.add(item.layer._value_)
+            self.truncated.add(layer._value_)
 
     def drop_unit(self, u: Unit, reason: str) -> None:
         for m in u.members:
@@ -617,6 +621,107 @@ def _ordered(units: list[Unit], chronological: bool, presorted: bool) -> list[Un
     return out
 
 
+class Filler:
+    """``pack``'s main loop for one unit at a time, in packing order: include it whole (or
+    scope-clipped), compressed, or drop it (``duplicate``, ``over_budget``). Shared by the
+    general packer and the ranked one (``domain/ranked_pack.py``)."""
+
+    __slots__ = (
+        "acc",
+        "attempts",
+        "chronological",
+        "clip_limit",
+        "compress",
+        "counter",
+        "dedupe",
+        "limit",
+        "stop_at_first_miss",
+        "stopped",
+    )
+
+    def __init__(
+        self,
+        acc: Accumulator,
+        limit: int,
+        counter: TokenCounter,
+        *,
+        clip_limit: int,
+        chronological: bool,
+        dedupe: bool,
+        compress: bool,
+        stop_at_first_miss: bool,
+    ) -> None:
+        self.acc = acc
+        self.limit = limit
+        self.counter = counter
+        self.clip_limit = clip_limit
+        self.chronological = chronological
+        self.dedupe = dedupe
+        self.compress = compress
+        self.stop_at_first_miss = stop_at_first_miss
+        self.attempts = 0
+        self.stopped = False  # a stop-at-first-miss strategy missed: the rest is the tail
+
+    def place(self, u: Unit) -> None:
+        acc, limit, clip_limit, counter = self.acc, self.limit, self.clip_limit, self.counter
+        compress, attempts = self.compress, self.attempts
+        if type(u) is Candidate:
+            if self.dedupe and u.item.content in acc.contents:
+                acc.drop(u, DUPLICATE)
+                acc.strategies.add("dedupe")
+                return
+            remaining = limit - acc.used
+            if remaining <= 0 or (u.tokens > remaining and not clip_limit and (
+                not compress or attempts >= _COMPRESS_MAX_ATTEMPTS or remaining < _COMPRESS_MIN_ROOM
+                or u.tokens <= _COMPRESS_MIN_TOKENS
+            )):  # fmt: skip
+                acc.drop(u, OVER_BUDGET)
+                if self.stop_at_first_miss:
+                    self.stopped = True
+                return
+            members: Sequence[Candidate] = (u,)
+        else:
+            remaining = limit - acc.used
+            if remaining <= 0:
+                acc.drop_unit(u, OVER_BUDGET)
+                return
+            members = u.members
+        key = u.chrono_key() if self.chronological else u.priority_key()
+        versions = [_version(m, clip_limit, counter) for m in members]
+        total = sum(v[1] for v in versions)
+        if total <= remaining:
+            for m, (text, t) in zip(members, versions, strict=True):
+                if text is None:
+                    acc.include(m, key)
+                else:
+                    acc.include(
+                        m, key, content=text, tokens=t, action="clipped",
+                        method=CLIP_METHOD, reason=CLIP_REASON,
+                    )  # fmt: skip
+            return
+        if (
+            compress
+            and attempts < _COMPRESS_MAX_ATTEMPTS
+            and remaining >= _COMPRESS_MIN_ROOM
+            and total > _COMPRESS_MIN_TOKENS
+        ):
+            self.attempts = attempts + 1
+            packed = _compress_unit(members, versions, clip_limit, counter)
+            if packed is not None and sum(p[1] for p in packed) <= remaining:
+                for m, (text, t, action, method) in zip(members, packed, strict=True):
+                    if action == "included":
+                        acc.include(m, key)
+                    else:
+                        acc.include(
+                            m, key, content=text, tokens=t, action=action, method=method,
+                            reason=OVER_BUDGET if action == "compressed" else CLIP_REASON,
+                        )  # fmt: skip
+                return
+        acc.drop_unit(u, OVER_BUDGET)
+        if self.stop_at_first_miss:
+            self.stopped = True
+
+
 def pack(
     request: BuildRequest,
     candidates: Sequence[ScoredItem],
@@ -694,69 +799,16 @@ def pack(
     if supersede:
         live = supersede_latest(live, forced_units, supersede, acc)
 
-    contents = acc.contents
-    attempts = 0
-    stopped = False
     ordered = _ordered(live, chronological, presorted)
+    filler = Filler(
+        acc, limit, counter, clip_limit=clip_limit, chronological=chronological, dedupe=dedupe,
+        compress=compress, stop_at_first_miss=stop_at_first_miss,
+    )  # fmt: skip
     for at, u in enumerate(ordered):
-        if stopped or acc.used >= limit:  # nothing more fits: the rest in one pass
+        if filler.stopped or acc.used >= limit:  # nothing more fits: the rest in one pass
             _drop_tail(ordered, at, acc, dedupe=dedupe)
             break
-        if type(u) is Candidate:
-            if dedupe and u.item.content in contents:
-                acc.drop(u, DUPLICATE)
-                acc.strategies.add("dedupe")
-                continue
-            remaining = limit - acc.used
-            if stopped or remaining <= 0 or (u.tokens > remaining and not clip_limit and (
-                not compress or attempts >= _COMPRESS_MAX_ATTEMPTS or remaining < _COMPRESS_MIN_ROOM
-                or u.tokens <= _COMPRESS_MIN_TOKENS
-            )):  # fmt: skip
-                acc.drop(u, OVER_BUDGET)
-                if stop_at_first_miss:
-                    stopped = True
-                continue
-            members: Sequence[Candidate] = (u,)
-        else:
-            remaining = limit - acc.used
-            if stopped or remaining <= 0:
-                acc.drop_unit(u, OVER_BUDGET)
-                continue
-            members = u.members
-        key = u.chrono_key() if chronological else u.priority_key()
-        versions = [_version(m, clip_limit, counter) for m in members]
-        total = sum(v[1] for v in versions)
-        if total <= remaining:
-            for m, (text, t) in zip(members, versions, strict=True):
-                if text is None:
-                    acc.include(m, key)
-                else:
-                    acc.include(
-                        m, key, content=text, tokens=t, action="clipped",
-                        method=CLIP_METHOD, reason=CLIP_REASON,
-                    )  # fmt: skip
-            continue
-        if (
-            compress
-            and attempts < _COMPRESS_MAX_ATTEMPTS
-            and remaining >= _COMPRESS_MIN_ROOM
-            and total > _COMPRESS_MIN_TOKENS
-        ):
-            attempts += 1
-            packed = _compress_unit(members, versions, clip_limit, counter)
-            if packed is not None and sum(p[1] for p in packed) <= remaining:
-                for m, (text, t, action, method) in zip(members, packed, strict=True):
-                    if action == "included":
-                        acc.include(m, key)
-                    else:
-                        acc.include(
-                            m, key, content=text, tokens=t, action=action, method=method,
-                            reason=OVER_BUDGET if action == "compressed" else CLIP_REASON,
-                        )  # fmt: skip
-                continue
-        acc.drop_unit(u, OVER_BUDGET)
-        if stop_at_first_miss:
-            stopped = True
+        filler.place(u)
     return acc.result(limit)
 
 

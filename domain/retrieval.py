@@ -6,18 +6,21 @@ import math
 import re
 from bisect import bisect_left
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from sys import intern
+from typing import overload
 
 import msgspec
 
 from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import Item, Source
+from ctxledger.domain.pool_facts import PoolFacts, pool_facts
 from ctxledger.domain.request import BuildRequest
 
 __all__ = [
     "ROLE_WEIGHTS",
+    "Ranked",
     "RequestTerms",
     "ScoredItem",
     "Terms",
@@ -313,19 +316,67 @@ def score_item(item: Item, request: BuildRequest) -> float:
     return _scores(request, (item,))[0]
 
 
-def retrieve(request: BuildRequest, pool: Sequence[Item]) -> list[ScoredItem]:
+class Ranked(Sequence[ScoredItem]):
+    """The scored pool, best first, as a sequence of :class:`ScoredItem` made only when read.
+
+    Also holds what it was made from — the pool's :class:`PoolFacts` (pool order), ``order``
+    (pool positions, best first) and ``scores`` (pool order) — so the packer can work on
+    positions instead of one object per item (``domain/ranked_pack.py``)."""
+
+    __slots__ = ("_scored", "facts", "order", "scores")
+
+    def __init__(self, facts: PoolFacts, order: list[int], scores: list[float]) -> None:
+        self.facts = facts
+        self.order = order
+        self.scores = scores
+        self._scored: list[ScoredItem] | None = None
+
+    def _made(self) -> list[ScoredItem]:
+        if self._scored is None:
+            items, scores = self.facts.items, self.scores
+            self._scored = [ScoredItem(items[k], scores[k]) for k in self.order]
+        return self._scored
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    @overload
+    def __getitem__(self, index: int) -> ScoredItem: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[ScoredItem]: ...
+    def __getitem__(self, index: int | slice) -> ScoredItem | list[ScoredItem]:
+        return self._made()[index]
+
+    def __iter__(self) -> Iterator[ScoredItem]:
+        return iter(self._made())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Ranked | list | tuple):
+            return list(self) == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # a sequence compared by value
+
+    def __repr__(self) -> str:
+        return f"Ranked({self._made()!r})"
+
+
+def retrieve(request: BuildRequest, pool: Sequence[Item]) -> Ranked:
     """Score every pool item for *request*; best first, ties broken by item id (then pool
     order). Request-independent facts are memoised per item object, so rebuilding over the
     same pool is cheap."""
-    scores = _scores(request, pool)
+    facts = pool_facts(pool)
+    items = facts.items
+    scores = _scores(request, items)
     neg = [-x for x in scores]
-    order = sorted(range(len(pool)), key=neg.__getitem__)
+    order = sorted(range(len(items)), key=neg.__getitem__)
     counts = Counter(neg)
     if len(counts) < len(neg):
         # Break score ties by (id, pool index); equal scores are contiguous in ``order``.
+        ids = facts.ids
         ranked = [neg[k] for k in order]
         for value, n in counts.items():
             if n > 1:
                 lo = bisect_left(ranked, value)
-                order[lo : lo + n] = sorted(order[lo : lo + n], key=lambda k: (pool[k].id, k))
-    return [ScoredItem(pool[k], scores[k]) for k in order]
+                order[lo : lo + n] = sorted(order[lo : lo + n], key=lambda k: (ids[k], k))
+    return Ranked(facts, order, scores)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ctxledger.domain.packing import PackResult, pack
+from ctxledger.domain.packing import PackResult
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.ranked_pack import pack
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import ScoredItem
 

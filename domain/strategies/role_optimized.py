@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxledger.domain.model import Source
-from ctxledger.domain.packing import OMITTED_BY_STRATEGY, Candidate, OmitFn, PackResult, pack
+from ctxledger.domain.packing import OMITTED_BY_STRATEGY, Candidate, OmitFn, PackResult
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.ranked_pack import pack
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import ScoredItem
 

@@ -1,0 +1,143 @@
+"""Per-pool-version arrays: the request-independent facts the packer reads, one list per fact.
+
+A build over a pool of *n* items used to make one ``Candidate`` object per item and pass over
+the candidates several times (de-duplicate, stage, group, filter, supersede, order, drop the
+tail), each pass reading fields of scattered item objects. :class:`PoolFacts` holds the same
+facts once per *pool version* (the same item objects in the same order) as parallel lists in
+pool order, so a build over that pool works on integer positions (``domain/ranked_pack.py``).
+Memoised by the identities of the items (the entry holds the items, so no identity can be
+reused while it is cached). Pure: the facts are functions of the items (and, for token
+counts, of the counter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ctxledger.domain.memo import memo_table, remember
+from ctxledger.domain.model import Decision, Item, Layer, Source
+from ctxledger.domain.ports import TokenCounter
+
+__all__ = ["PoolFacts", "pool_facts"]
+
+_L4 = Layer.L4
+_STEERING_NOTE = Source.STEERING_NOTE
+_MAX_VERSIONS = 2  # pool versions kept (the one being built, the one before)
+
+
+class PoolFacts:
+    """Facts of a pool's items in pool order (``k`` is a position in the pool).
+
+    ``tier``/``ts``/``forced`` are the packer's priority tier, observation time and
+    pinned-or-mandatory; ``plain[k]`` says item *k* is ungrouped, not forced and not raw
+    history (most items: the packer's fast case); ``groups`` maps a group name to its
+    members' positions and ``group_tier``/``group_forced``/``group_raw`` to the group's
+    smallest tier, whether any member is forced, whether any member is raw history (L4);
+    ``versions`` maps ``(source, source_id)`` to the positions of its versions when there
+    are two or more; ``staged`` lists steering notes scoped to a stage as ``(k, stage)``.
+    """
+
+    __slots__ = (
+        "_chrono",
+        "_over",
+        "_tokens",
+        "contents",
+        "forced",
+        "group",
+        "group_forced",
+        "group_raw",
+        "group_tier",
+        "groups",
+        "ids",
+        "index",
+        "items",
+        "layer",
+        "plain",
+        "staged",
+        "tier",
+        "ts",
+        "unique",
+        "versions",
+    )
+
+    def __init__(self, items: Sequence[Item]) -> None:
+        from ctxledger.domain.packing import _tier_ts  # packing imports this module
+
+        items = list(items)
+        statics = [_tier_ts(it) for it in items]
+        self.items = items
+        self.ids = [st[3] for st in statics]
+        self.tier = [st[1] for st in statics]
+        self.ts = [st[2] for st in statics]
+        self.forced = [st[4] for st in statics]
+        self.group = [it.group for it in items]
+        self.layer = [it.layer for it in items]
+        self.contents = [it.content for it in items]
+        self.index = dict(zip(self.ids, range(len(items)), strict=True))
+        self.unique = len(self.index) == len(items)
+        self.plain = [
+            not g and not f and layer is not _L4
+            for g, f, layer in zip(self.group, self.forced, self.layer, strict=True)
+        ]
+        groups: dict[str, list[int]] = {}
+        versions: dict[tuple[Source, str], list[int]] = {}
+        staged: list[tuple[int, str]] = []
+        for k, it in enumerate(items):
+            if it.group:
+                groups.setdefault(it.group, []).append(k)
+            if it.source_id:
+                versions.setdefault((it.source, it.source_id), []).append(k)
+            if it.source is _STEERING_NOTE and it.stage:
+                staged.append((k, it.stage))
+        self.groups = groups
+        self.group_tier = {g: min(self.tier[k] for k in ks) for g, ks in groups.items()}
+        self.group_forced = {g: any(self.forced[k] for k in ks) for g, ks in groups.items()}
+        self.group_raw = {g: any(self.layer[k] is _L4 for k in ks) for g, ks in groups.items()}
+        self.versions = {key: ks for key, ks in versions.items() if len(ks) > 1}
+        self.staged = staged
+        self._tokens: dict[str, list[int]] = {}
+        self._over: dict[str, list[Decision]] = {}
+        self._chrono: list[int] | None = None
+
+    def tokens(self, counter: TokenCounter) -> list[int]:
+        """Each item's tokens: ``Item.token_count`` when > 0, else *counter*'s count."""
+        out = self._tokens.get(counter.name)
+        if out is None:
+            out = [
+                t if t > 0 else counter.count(it.content)
+                for t, it in zip((it.token_count for it in self.items), self.items, strict=True)
+            ]
+            self._tokens[counter.name] = out
+        return out
+
+    def over_budget(self, counter: TokenCounter) -> list[Decision]:
+        """Each item's ``over_budget`` decision (the tail of a build drops thousands)."""
+        out = self._over.get(counter.name)
+        if out is None:
+            from ctxledger.domain.packing import OVER_BUDGET, _dropped
+
+            out = [
+                _dropped(iid, OVER_BUDGET, t)
+                for iid, t in zip(self.ids, self.tokens(counter), strict=True)
+            ]
+            self._over[counter.name] = out
+        return out
+
+    def chronological(self) -> list[int]:
+        """Positions by (observation time, id): the chronological packing order."""
+        if self._chrono is None:
+            ts, ids = self.ts, self.ids
+            self._chrono = sorted(range(len(ids)), key=lambda k: (ts[k], ids[k]))
+        return self._chrono
+
+
+_facts: dict[tuple[int, ...], PoolFacts] = memo_table()
+
+
+def pool_facts(items: Sequence[Item]) -> PoolFacts:
+    """The facts of *items*, memoised per pool version (the same item objects in order)."""
+    key = tuple(map(id, items))
+    facts = _facts.get(key)
+    if facts is None:
+        facts = remember(_facts, key, PoolFacts(items), _MAX_VERSIONS)
+    return facts

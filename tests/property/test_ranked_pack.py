@@ -1,0 +1,134 @@
+"""The packer over positions (``ranked_pack``) decides exactly what the general packer does.
+
+``packing.pack`` given a list of scored items is the general packer (the specification);
+given the :class:`Ranked` that ``retrieve`` returns it runs ``ranked_pack.pack_ranked`` on the
+pool's arrays. Both must record the same decisions in the same order and select the same
+items, byte for byte, for every option a strategy passes and every request.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxledger.domain.model import Item, Layer, Source
+from ctxledger.domain.packing import OMITTED_BY_STRATEGY, Candidate, PackResult, pack
+from ctxledger.domain.ranked_pack import pack_ranked
+from ctxledger.domain.request import BuildRequest, Scope
+from ctxledger.domain.retrieval import Ranked, retrieve
+from ctxledger.domain.strategies import STRATEGIES, get_strategy
+from ctxledger.domain.tokens import EstimatingCounter
+from tests.property.strategies_items import NOW, build_requests, item_pools
+
+COUNTER = EstimatingCounter()
+STAGES = ("", "", "s1", "s2")
+
+
+def _encoded(res: PackResult) -> bytes:
+    return msgspec.json.encode(res)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[list[Item], BuildRequest]:
+    """A pool (steering notes scoped to stages; now and then a repeated id) and a request
+    keeping some of its ids (repeats and unknown ids included) for some stage."""
+    pool = draw(item_pools(max_size=40))
+    pool = [
+        msgspec.structs.replace(it, stage=draw(st.sampled_from(STAGES)))
+        if it.source is Source.STEERING_NOTE
+        else it
+        for it in pool
+    ]
+    if pool and draw(st.integers(0, 9)) == 0:
+        pool.append(msgspec.structs.replace(pool[-1], content="a repeated id"))
+    ids = [it.id for it in pool] + ["unknown"]
+    keep = draw(st.lists(st.sampled_from(ids), max_size=5)) if draw(st.booleans()) else []
+    request = draw(build_requests())
+    request = msgspec.structs.replace(
+        request, keep_ids=tuple(keep), stage_id=draw(st.sampled_from(STAGES))
+    )
+    return pool, request
+
+
+@given(cases(), st.sampled_from(sorted(STRATEGIES)))
+def test_every_strategy_decides_the_same_over_ranked_and_listed_candidates(
+    case: tuple[list[Item], BuildRequest], name: str
+) -> None:
+    pool, request = case
+    request = msgspec.structs.replace(request, strategy=name)
+    ranked = retrieve(request, pool)
+    strategy = get_strategy(name)
+    fast = strategy.select(request, ranked, COUNTER)
+    general = strategy.select(request, list(ranked), COUNTER)
+    assert _encoded(fast) == _encoded(general)
+    assert list(fast.decisions) == list(general.decisions)
+
+
+def _omit_l3(c: Candidate) -> str | None:
+    return OMITTED_BY_STRATEGY if c.item.layer is Layer.L3 else None
+
+
+@given(
+    cases(),
+    st.fixed_dictionaries(
+        {
+            "budget": st.one_of(st.none(), st.integers(0, 2000)),
+            "omit": st.sampled_from([None, _omit_l3]),
+            "chronological": st.booleans(),
+            "supersede": st.sampled_from(
+                [frozenset(), frozenset({Source.ARTIFACT}), frozenset(Source)]
+            ),
+            "dedupe": st.booleans(),
+            "compress": st.booleans(),
+            "stop_at_first_miss": st.booleans(),
+            "raw_history": st.booleans(),
+        }
+    ),
+)
+def test_every_packing_option_decides_the_same_over_positions(
+    case: tuple[list[Item], BuildRequest], options: dict[str, object]
+) -> None:
+    pool, request = case
+    request = msgspec.structs.replace(request, scope=Scope())
+    ranked = retrieve(request, pool)
+    assert type(ranked) is Ranked
+    general = pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+    fast = pack_ranked(request, ranked, COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+    ids = [it.id for it in pool]
+    other_stage = any(
+        it.source is Source.STEERING_NOTE and it.stage not in ("", request.stage_id) for it in pool
+    )
+    if len(set(ids)) < len(ids) or other_stage:
+        assert fast is None  # declined: the general packer decides
+        return
+    assert fast is not None
+    assert _encoded(fast) == _encoded(general)
+    assert list(fast.decisions) == list(general.decisions)
+
+
+def test_a_large_pool_takes_the_ranked_path_and_matches() -> None:
+    pool = [
+        Item(
+            id=f"i{k:04d}",
+            layer=Layer(k % 5),
+            source=(Source.ARTIFACT, Source.TOOL_LOG, Source.CONVERSATION)[k % 3],
+            content=f"line {k % 97}\n" * (1 + k % 40),
+            source_id=f"a{k % 7}" if k % 3 == 0 else "",
+            group=f"g{k // 2}" if k % 5 == 1 else "",
+            pinned=k % 101 == 0,
+        )
+        for k in range(600)
+    ]
+    request = BuildRequest(agent_id="a", budget=3000, now=NOW, keep_ids=("i0599", "i0001"))
+    ranked = retrieve(request, pool)
+    for name in ("variable", "full_history", "summary", "aggressive_refresh", "role_optimized"):
+        req = msgspec.structs.replace(request, strategy=name)
+        fast = get_strategy(name).select(req, ranked, COUNTER)
+        general = get_strategy(name).select(req, list(ranked), COUNTER)
+        assert _encoded(fast) == _encoded(general), name
+    assert pack_ranked(
+        request, ranked, COUNTER, strategy_name="variable", budget=None, omit=None,
+        chronological=False, supersede=frozenset({Source.ARTIFACT}), dedupe=True, compress=True,
+        stop_at_first_miss=False, raw_history=False,
+    ) is not None  # fmt: skip
