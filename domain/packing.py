@@ -410,14 +410,15 @@ class Accumulator:
 
     def drop(self, c: Candidate, reason: str) -> None:
         item = c.item
-        self.drop_id(item.id, item.layer, c.tokens, reason)
+        self.drop_id(item.id, item.layer._value_, c.tokens, reason)
 
-    def drop_id(self, item_id: str, layer: Layer, tokens: int, reason: str) -> None:
-        """:meth:`drop` from an item's facts (the ranked packer has no candidate object)."""
+    def drop_id(self, item_id: str, layer: int, tokens: int, reason: str) -> None:
+        """:meth:`drop` from an item's facts (the ranked packer has no candidate object);
+        *layer* is the layer's value."""
         self.decisions[item_id] = _dropped(item_id, reason, tokens)
         self.dropped += 1
         if reason != EXCLUDED_BY_SCOPE:
-            self.truncated.add(layer._value_)
+            self.truncated.add(layer)
 
     def drop_unit(self, u: Unit, reason: str) -> None:
         for m in u.members:

@@ -42,6 +42,7 @@ class PoolFacts:
         "_over",
         "_tokens",
         "contents",
+        "distinct_contents",
         "forced",
         "group",
         "group_forced",
@@ -52,7 +53,9 @@ class PoolFacts:
         "index",
         "items",
         "layer",
+        "layer_value",
         "plain",
+        "plain_with_raw",
         "staged",
         "tier",
         "ts",
@@ -72,6 +75,7 @@ class PoolFacts:
         self.forced = [st[4] for st in statics]
         self.group = [it.group for it in items]
         self.layer = [it.layer for it in items]
+        self.layer_value = [layer._value_ for layer in self.layer]  # ints hash in C, enums do not
         self.contents = [it.content for it in items]
         self.index = dict(zip(self.ids, range(len(items)), strict=True))
         self.unique = len(self.index) == len(items)
@@ -79,6 +83,10 @@ class PoolFacts:
             not g and not f and layer is not _L4
             for g, f, layer in zip(self.group, self.forced, self.layer, strict=True)
         ]
+        self.plain_with_raw = [
+            not g and not f for g, f in zip(self.group, self.forced, strict=True)
+        ]
+        self.distinct_contents = len(set(self.contents)) == len(items)
         groups: dict[str, list[int]] = {}
         versions: dict[tuple[Source, str], list[int]] = {}
         staged: list[tuple[int, str]] = []

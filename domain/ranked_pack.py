@@ -17,15 +17,14 @@ not a number.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from ctxledger.domain.model import Layer, Source
+from ctxledger.domain.model import Decision, Layer, Source
 from ctxledger.domain.packing import (
     _COMPRESS_MAX_ATTEMPTS,
     _COMPRESS_MIN_ROOM,
     _COMPRESS_MIN_TOKENS,
     DUPLICATE,
-    OVER_BUDGET,
     RAW_HISTORY,
     SUPERSEDED,
     Accumulator,
@@ -48,10 +47,6 @@ from ctxledger.domain.retrieval import Ranked, ScoredItem
 __all__ = ["pack", "pack_ranked"]
 
 _L4 = Layer.L4
-
-Pos = int | list[int]
-"""A unit: the position (in ranked order) of an ungrouped item, or the positions of a
-group's members in ranked order."""
 
 
 def pack(
@@ -117,19 +112,22 @@ def pack_ranked(
     acc = Accumulator(counter, strategy_name)
     order = ranked.order
     items, ids, tier, ts, forced = facts.items, facts.ids, facts.tier, facts.ts, facts.forced
-    group, layer, plain = facts.group, facts.layer, facts.plain
+    group, layer, lv = facts.group, facts.layer, facts.layer_value
+    group_forced, group_raw, group_tier = facts.group_forced, facts.group_raw, facts.group_tier
     tok = facts.tokens(counter)
+    gmap: dict[str, list[int]] = {}  # group -> its members, in ranked order
 
-    def cand(u: int) -> Candidate:
-        k = order[u]
-        return Candidate(items[k], scores[k], tok[k], u, tier[k], ts[k], forced[k])
+    def cand(k: int) -> Candidate:
+        return Candidate(items[k], scores[k], tok[k], k, tier[k], ts[k], forced[k])
 
-    def unit(x: Pos) -> Unit:
-        if not isinstance(x, list):
-            return cand(x)
-        first = cand(x[0])
-        grp = Group(group[order[x[0]]], first, first.forced)
-        for v in x[1:]:
+    def unit(k: int) -> Unit:
+        g = group[k]
+        if not g:
+            return cand(k)
+        members = gmap[g]
+        first = cand(members[0])
+        grp = Group(g, first, first.forced)
+        for v in members[1:]:
             c = cand(v)
             grp.members.append(c)
             grp.forced = grp.forced or c.forced
@@ -138,100 +136,94 @@ def pack_ranked(
     def key(u: Unit) -> tuple[object, ...]:
         return u.chrono_key() if chronological else u.priority_key()
 
-    # Units in order of first appearance (``make_units``).
-    n = len(order)
-    units: list[Pos]
-    gmap: dict[str, list[int]] = {}
-    pos = [0] * n  # pool position -> ranked position
-    if facts.groups:
-        units = []
-        append = units.append
-        for u, k in enumerate(order):
-            pos[k] = u
-            g = group[k]
-            if g:
-                m = gmap.get(g)
-                if m is None:
-                    gmap[g] = m = [u]
-                    append(m)
-                else:
-                    m.append(u)
-            else:
-                append(u)
-    else:
-        units = list(range(n))
-        for u, k in enumerate(order):
-            pos[k] = u
-
     # Kept units (``kept_units``): the non-forced units holding a kept id, by rank.
-    kept: list[Pos] = []
-    out: set[int] = set()  # ranked positions of ungrouped items kept or dropped before packing
+    kept_keys: list[int | str] = []  # an ungrouped item's pool position, or a group's name
+    kept_k: set[int] = set()
+    kept_g: set[str] = set()
     if request.keep_ids:
         rank = {iid: r for r, iid in enumerate(request.keep_ids)}  # the last occurrence ranks
         for iid in sorted(rank, key=rank.__getitem__):
             at = facts.index.get(iid)
             if at is None:
                 continue
-            k = at
-            g = group[k]
+            g = group[at]
             if g:
-                members = gmap[g]
-                if facts.group_forced[g] or any(y is members for y in kept):
-                    continue
-                kept.append(members)
-                _remove_list(units, members)
-            elif not forced[k]:
-                kept.append(pos[k])
-                units.remove(pos[k])
-                out.add(pos[k])
+                if not group_forced[g] and g not in kept_g:
+                    kept_g.add(g)
+                    kept_keys.append(g)
+            elif not forced[at]:
+                kept_k.add(at)
+                kept_keys.append(at)
 
-    # Forced units aside; drops before packing (raw history, the strategy's omissions).
-    forced_units: list[Pos] = []
-    live: list[Pos] = []
-    keep = live.append
-    for x in units:
-        if not isinstance(x, list):
-            k = order[x]
+    # One pass over the ranked order: units in order of first appearance (``make_units``;
+    # a group is its first member), each put aside (kept, forced), dropped before packing
+    # (raw history; a strategy's omission) or live — placed straight into its tier's bucket
+    # unless the order is chronological.
+    forced_units: list[int] = []
+    drops: list[tuple[int, str]] = []
+    buckets: list[list[int]] = [[], [], [], [], []]
+    live: list[int] = []
+    # With an omission test a group is tested once its members are known: the order of the
+    # live units is kept in ``live`` and bucketed after.
+    late = chronological or omit is not None
+    put = [live.append] * 5 if late else [b.append for b in buckets]
+    out: set[int] = set(kept_k)  # units not live: kept, or dropped before packing
+    raw = not raw_history
+    plain = facts.plain if raw else facts.plain_with_raw
+    for k in order:
+        g = group[k]
+        if not g:
             if plain[k] and omit is None:
-                keep(x)
-                continue
-            if forced[k]:
-                forced_units.append(x)
-                continue
-            reason: str | None = None
-            if not raw_history and layer[k] is _L4:
-                reason = RAW_HISTORY
-            elif omit is not None:
-                reason = omit(cand(x))
-            if reason:
-                acc.drop_id(ids[k], layer[k], tok[k], reason)
-                out.add(x)
+                if k not in kept_k:
+                    put[tier[k]](k)
+            elif forced[k]:
+                forced_units.append(k)
+            elif k in kept_k:
+                pass
             else:
-                keep(x)
-            continue
-        g = group[order[x[0]]]
-        if facts.group_forced[g]:
-            forced_units.append(x)
-            continue
-        reason = None
-        if not raw_history and facts.group_raw[g]:
-            reason = RAW_HISTORY
-        elif omit is not None:
-            for v in x:
-                reason = omit(cand(v))
+                reason = RAW_HISTORY if raw and layer[k] is _L4 else None
+                if reason is None and omit is not None:
+                    reason = omit(cand(k))
                 if reason:
-                    break
-        if reason:
-            for v in x:
-                k = order[v]
-                acc.drop_id(ids[k], layer[k], tok[k], reason)
+                    drops.append((k, reason))
+                    out.add(k)
+                else:
+                    put[tier[k]](k)
+            continue
+        members = gmap.get(g)
+        if members is not None:
+            members.append(k)
+            continue
+        gmap[g] = [k]
+        if g in kept_g:
+            continue
+        if group_forced[g]:
+            forced_units.append(k)
+        elif raw and group_raw[g]:
+            drops.append((k, RAW_HISTORY))
+        elif omit is not None:
+            drops.append((k, ""))  # tested once its members are known, below
+            live.append(k)
         else:
-            keep(x)
-    for x in forced_units:
-        f = unit(x)
+            put[group_tier[g]](k)
+    if omit is not None:
+        if gmap:
+            drops = _omit_groups(drops, gmap, group=group, cand=cand, omit=omit, out=out)
+            if out:
+                live = [k for k in live if k not in out]
+        if not chronological:
+            for k in live:
+                g = group[k]
+                buckets[group_tier[g] if g else tier[k]].append(k)
+    for k, reason in drops:
+        g = group[k]
+        for m in gmap[g] if g else (k,):
+            acc.drop_id(ids[m], lv[m], tok[m], reason)
+    for k in forced_units:
+        f = unit(k)
         acc.include_unit(f, key(f))
-    for x in kept:
-        f = unit(x)
+    for ref in kept_keys:
+        f = unit(gmap[ref][0] if isinstance(ref, str) else ref)
         include_kept(f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=0)
 
     # Supersession (``supersede_latest``): the newest version per (source, source_id).
@@ -246,44 +238,52 @@ def pack_ranked(
                 if group[k]:
                     continue
                 if not forced[k]:
-                    if pos[k] in out:
+                    if k in out:
                         continue
                     eligible.append(k)
                 version = (ts[k], ids[k])
                 if newest is None or version > newest:
                     newest = version
-            gone.update(pos[k] for k in eligible if (ts[k], ids[k]) != newest)
+            gone.update(k for k in eligible if (ts[k], ids[k]) != newest)
         if gone:
-            for v in sorted(gone):
-                k = order[v]
-                acc.drop_id(ids[k], layer[k], tok[k], SUPERSEDED)
+            for k in [k for k in order if k in gone]:  # in the order they were live
+                acc.drop_id(ids[k], lv[k], tok[k], SUPERSEDED)
             acc.strategies.add("supersede")
 
-    ordered = _ordered(live, gone, facts, order, pos, chronological=chronological)
+    # Packing order: by tier, each tier in ranked order (the ranked order is (-score, id),
+    # so no tier needs sorting); or by (time, id) of each unit's earliest member.
+    if chronological:
+        ordered = _chronological(live, gone, facts, gmap)
+    else:
+        ordered = [k for b in buckets for k in b]
+        if gone:
+            ordered = [k for k in ordered if k not in gone]
 
     # Fill in packing order; once nothing more fits, the rest in one pass.
     filler = Filler(
         acc, limit, counter, clip_limit=0, chronological=chronological, dedupe=dedupe,
         compress=compress, stop_at_first_miss=stop_at_first_miss,
     )  # fmt: skip
+    dedupe = dedupe and not facts.distinct_contents  # distinct texts: no duplicate is possible
     contents = facts.contents
     packed = acc.contents
-    for at, x in enumerate(ordered):
+    decisions = acc.decisions
+    over = facts.over_budget(counter)
+    for at, k in enumerate(ordered):
         if filler.stopped or acc.used >= limit:
-            _drop_tail(ordered, at, acc, ranked, counter, dedupe=dedupe)
+            _drop_tail(ordered, at, acc, facts, gmap=gmap, over=over, dedupe=dedupe)
             break
-        if isinstance(x, list):
-            filler.place(unit(x))
+        if group[k]:
+            filler.place(unit(k))
             continue
-        k = order[x]
         if dedupe and contents[k] in packed:
-            acc.drop_id(ids[k], layer[k], tok[k], DUPLICATE)
+            acc.drop_id(ids[k], lv[k], tok[k], DUPLICATE)
             acc.strategies.add("dedupe")
             continue
         t = tok[k]
         remaining = limit - acc.used
         if remaining > 0 and t <= remaining:
-            c = cand(x)
+            c = cand(k)
             acc.include(c, key(c))
         elif remaining <= 0 or (
             not compress
@@ -291,96 +291,91 @@ def pack_ranked(
             or remaining < _COMPRESS_MIN_ROOM
             or t <= _COMPRESS_MIN_TOKENS
         ):
-            acc.drop_id(ids[k], layer[k], t, OVER_BUDGET)
+            decisions[ids[k]] = over[k]  # acc.drop_id(…, OVER_BUDGET), from the array
+            acc.dropped += 1
+            acc.truncated.add(lv[k])
             if stop_at_first_miss:
                 filler.stopped = True
         else:
-            filler.place(cand(x))
+            filler.place(cand(k))
     return acc.result(limit)
 
 
-def _remove_list(units: list[Pos], x: list[int]) -> None:
-    for i, y in enumerate(units):
-        if y is x:
-            del units[i]
-            return
-
-
-def _ordered(
-    live: list[Pos],
-    gone: set[int],
-    facts: PoolFacts,
-    order: list[int],
-    pos: list[int],
+def _omit_groups(
+    drops: list[tuple[int, str]],
+    gmap: dict[str, list[int]],
     *,
-    chronological: bool,
-) -> list[Pos]:
-    """Live units (less the superseded) in packing order: by tier, each tier in ranked order
-    (the ranked order is (-score, id), so no tier needs sorting); or by (time, id) of each
-    unit's earliest member."""
-    tier, group, group_tier = facts.tier, facts.group, facts.group_tier
-    if not chronological:
-        buckets: list[list[Pos]] = [[], [], [], [], []]
-        for x in live:
-            if isinstance(x, list):
-                buckets[group_tier[group[order[x[0]]]]].append(x)
-            elif not gone or x not in gone:
-                buckets[tier[order[x]]].append(x)
-        return [x for b in buckets for x in b]
-    n = len(order)
-    mark = bytearray(n)
-    lists: dict[str, list[int]] = {}
-    for x in live:
-        if isinstance(x, list):
-            lists[group[order[x[0]]]] = x
-        elif x not in gone:
-            mark[x] = 1
-    out: list[Pos] = []
+    group: list[str],
+    cand: Callable[[int], Candidate],
+    omit: OmitFn,
+    out: set[int],
+) -> list[tuple[int, str]]:
+    """The drops, with the groups whose omission test waited for their members (entries
+    with no reason) tested now — in ranked member order, the first member's reason dropping
+    the whole group (its first member then joins *out*) — or left out when none omits."""
+    done: list[tuple[int, str]] = []
+    for k, reason in drops:
+        if not reason:
+            why = next(filter(None, (omit(cand(m)) for m in gmap[group[k]])), None)
+            if why is None:
+                continue
+            reason = why
+            out.add(k)
+        done.append((k, reason))
+    return done
+
+
+def _chronological(
+    live: list[int], gone: set[int], facts: PoolFacts, gmap: dict[str, list[int]]
+) -> list[int]:
+    """Live units (less the superseded) by (time, id) of each unit's earliest member."""
+    group = facts.group
+    wanted = set(live) - gone
+    out: list[int] = []
     for k in facts.chronological():
         g = group[k]
         if g:
-            members = lists.pop(g, None)
-            if members is not None:
-                out.append(members)
-        elif mark[pos[k]]:
-            out.append(pos[k])
+            first = gmap[g][0]
+            if first in wanted:
+                wanted.discard(first)
+                out.append(first)
+        elif k in wanted:
+            out.append(k)
     return out
 
 
 def _drop_tail(
-    ordered: list[Pos],
+    ordered: list[int],
     start: int,
     acc: Accumulator,
-    ranked: Ranked,
-    counter: TokenCounter,
+    facts: PoolFacts,
     *,
+    gmap: dict[str, list[int]],
+    over: list[Decision],
     dedupe: bool,
 ) -> None:
-    """``packing._drop_tail`` over positions: a duplicate of packed text is ``duplicate``,
-    every other member ``over_budget``."""
-    facts = ranked.facts
-    order, ids, layer, contents = ranked.order, facts.ids, facts.layer, facts.contents
-    over = facts.over_budget(counter)
+    """``packing._drop_tail`` over pool positions: a duplicate of packed text is
+    ``duplicate``, every other member ``over_budget``."""
+    ids, lv, contents, group = facts.ids, facts.layer_value, facts.contents, facts.group
     packed = acc.contents
     decisions = acc.decisions
-    layers: set[Layer] = set()
+    layers: set[int] = set()
     add = layers.add
     dropped = 0
-    for x in ordered[start:]:
-        if not isinstance(x, list):
-            k = order[x]
-            if dedupe and contents[k] in packed:
-                acc.drop_id(ids[k], layer[k], over[k].tokens_before, DUPLICATE)
-                acc.strategies.add("dedupe")
-                continue
-            decisions[ids[k]] = over[k]
-            add(layer[k])
-            dropped += 1
+    for k in ordered[start:]:
+        g = group[k]
+        if g:
+            for m in gmap[g]:
+                decisions[ids[m]] = over[m]
+                add(lv[m])
+                dropped += 1
             continue
-        for v in x:
-            k = order[v]
-            decisions[ids[k]] = over[k]
-            add(layer[k])
-            dropped += 1
+        if dedupe and contents[k] in packed:
+            acc.drop_id(ids[k], lv[k], over[k].tokens_before, DUPLICATE)
+            acc.strategies.add("dedupe")
+            continue
+        decisions[ids[k]] = over[k]
+        add(lv[k])
+        dropped += 1
     acc.dropped += dropped
-    acc.truncated.update(v._value_ for v in layers)
+    acc.truncated.update(layers)
