@@ -18,11 +18,14 @@ from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import Decision, Item, Layer, Source
 from ctxledger.domain.ports import TokenCounter
 
-__all__ = ["PoolFacts", "pool_facts"]
+__all__ = ["Parts", "PoolFacts", "pool_facts"]
 
 _L4 = Layer.L4
 _STEERING_NOTE = Source.STEERING_NOTE
-_MAX_VERSIONS = 2  # pool versions kept (the one being built, the one before)
+_MAX_VERSIONS = 2
+Parts = tuple[
+    list[float], list[float], list[float] | None, list[float]
+]  # pool versions kept (the one being built, the one before)
 
 
 class PoolFacts:
@@ -54,6 +57,8 @@ class PoolFacts:
         "items",
         "layer",
         "layer_value",
+        "orders",
+        "partials",
         "plain",
         "plain_with_raw",
         "staged",
@@ -106,6 +111,10 @@ class PoolFacts:
         self._tokens: dict[str, list[int]] = {}
         self._over: dict[str, list[Decision]] = {}
         self._chrono: list[int] | None = None
+        # Retrieval's, per query (terms, task, role, phase): the time-independent score parts
+        # as arrays (base, time, role, phase; None if an item is undated), and the last order.
+        self.partials: dict[tuple[object, ...], Parts | None] = {}
+        self.orders: dict[tuple[object, ...], list[int]] = {}
 
     def tokens(self, counter: TokenCounter) -> list[int]:
         """Each item's tokens: ``Item.token_count`` when > 0, else *counter*'s count."""

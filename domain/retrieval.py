@@ -263,6 +263,26 @@ def _partial(
     return (it, score, st.ts, role_part, phase_part)
 
 
+def _partial_entries(request: BuildRequest, pool: Sequence[Item]) -> list[_Partial]:
+    """Each item's ``_partial`` for *request* (memoised per query and item object)."""
+    rt = request_terms(request)
+    role = ROLE_WEIGHTS.get(request.role.lower()) or {}
+    key = (rt, request.task, request.role.lower(), request.phase)
+    table = _partials.get(key)
+    if table is None:
+        table = remember(_partials, key, {}, _PARTIAL_KEYS)
+    out: list[_Partial] = []
+    for it in pool:
+        entry = table.get(id(it))
+        if entry is None or entry[0] is not it:
+            entry = _partial(
+                it, _static(it), rt=rt, task=request.task, role=role, phase=request.phase
+            )
+            remember(table, id(it), entry, _MEMO_MAX)  # holds the item: its id stays unique
+        out.append(entry)
+    return out
+
+
 def _scores(request: BuildRequest, pool: Sequence[Item]) -> list[float]:
     """Every item's score. The request-independent facts are memoised per item object
     (``_static``) and the part that depends on the request's terms, task, role and phase but
@@ -367,16 +387,65 @@ def retrieve(request: BuildRequest, pool: Sequence[Item]) -> Ranked:
     same pool is cheap."""
     facts = pool_facts(pool)
     items = facts.items
-    scores = _scores(request, items)
+    key = _query_key(request)
+    scores = _pool_scores(request, facts, key)
     neg = [-x for x in scores]
-    order = sorted(range(len(items)), key=neg.__getitem__)
-    counts = Counter(neg)
-    if len(counts) < len(neg):
+    # Sorting the order of the last build over this pool version and query: nearly sorted
+    # when only the time moved (a refresh after a failed call), and the result is the same
+    # from any start — ties are broken below.
+    last = facts.orders.get(key)
+    order = sorted(range(len(items)) if last is None else last, key=neg.__getitem__)
+    if len(set(neg)) < len(neg):
         # Break score ties by (id, pool index); equal scores are contiguous in ``order``.
         ids = facts.ids
         ranked = [neg[k] for k in order]
-        for value, n in counts.items():
+        for value, n in Counter(neg).items():
             if n > 1:
                 lo = bisect_left(ranked, value)
                 order[lo : lo + n] = sorted(order[lo : lo + n], key=lambda k: (ids[k], k))
+    remember(facts.orders, key, order, _FACTS_MEMO_MAX)
     return Ranked(facts, order, scores)
+
+
+_FACTS_MEMO_MAX = 16  # per pool version: a few queries' partial scores and last orders
+
+
+def _query_key(request: BuildRequest) -> tuple[object, ...]:
+    """What the time-independent part of a score depends on (besides the item)."""
+    return (request_terms(request), request.task, request.role.lower(), request.phase)
+
+
+def _pool_scores(request: BuildRequest, facts: PoolFacts, key: tuple[object, ...]) -> list[float]:
+    """``_scores`` over a pool version, from its per-query arrays of time-independent parts:
+    one comprehension adding recency, role and phase in ``_scores``' order. A missing phase
+    part adds 0.0, which leaves any score but -0.0 unchanged (a score is never -0.0: a sum
+    that cancels to zero is +0.0). Undated items take ``_scores``' path."""
+    if key in facts.partials:
+        parts = facts.partials[key]
+    else:
+        entries = _partial_entries(request, facts.items)
+        stamps = [e[2] for e in entries]
+        parts = None
+        if None not in stamps:
+            parts = (
+                [e[1] for e in entries],
+                [e[2] or 0.0 for e in entries],  # (all dated)
+                None if entries and entries[0][3] is None else [e[3] or 0.0 for e in entries],
+                [0.0 if e[4] is None else e[4] for e in entries],
+            )
+        remember(facts.partials, key, parts, _FACTS_MEMO_MAX)
+    if parts is None:
+        return _scores(request, facts.items)
+    base, stamps_at, role_at, phase_at = parts
+    now = _timestamp(request.now)
+    w = W_RECENCY
+    per_second = 1.0 / (3600.0 * RECENCY_HALF_LIFE_HOURS)
+    if role_at is None:
+        return [
+            (s + (w / (1.0 + a * per_second) if (a := now - t) > 0 else w)) + p
+            for s, t, p in zip(base, stamps_at, phase_at, strict=True)
+        ]
+    return [
+        ((s + (w / (1.0 + a * per_second) if (a := now - t) > 0 else w)) + r) + p
+        for s, t, r, p in zip(base, stamps_at, role_at, phase_at, strict=True)
+    ]

@@ -4,7 +4,9 @@
 score that does not depend on the request's time, and adds recency, role and phase to it. Over
 random pools and random sequences of requests — the same query at other times, other
 queries, pools that share item objects — every score equals the one computed with every memo
-cleared, float for float, and the retrieval order is the same."""
+cleared, float for float, and the retrieval order is the same. ``retrieve`` adds the parts
+from per-pool-version arrays in one comprehension and sorts starting from its last order over
+the same pool and query: the same scores, float for float, and the same order."""
 
 from __future__ import annotations
 
@@ -47,10 +49,16 @@ def test_memoised_scores_equal_scores_computed_afresh(
     pool: list[Item], requests: list[BuildRequest], split: int
 ) -> None:
     pools = [pool, pool[split:] + pool[:split], pool[: max(1, split)]]
-    seen = [(_scores(r, p), [s.item.id for s in retrieve(r, p)]) for r in requests for p in pools]
+    seen = []
+    for r in requests:
+        for p in pools:
+            ranked = retrieve(r, p)  # the pool version's arrays, and its last order
+            seen.append((_scores(r, p), ranked.scores, [s.item.id for s in ranked]))
     fresh = []
     for r in requests:
         for p in pools:
             clear_caches()
-            fresh.append((_scores(r, p), [s.item.id for s in retrieve(r, p)]))
+            scores = _scores(r, p)
+            clear_caches()
+            fresh.append((scores, scores, [s.item.id for s in retrieve(r, p)]))
     assert seen == fresh
