@@ -42,6 +42,7 @@ class PoolFacts:
 
     __slots__ = (
         "_chrono",
+        "_included",
         "_over",
         "_tokens",
         "contents",
@@ -111,6 +112,7 @@ class PoolFacts:
         self._tokens: dict[str, list[int]] = {}
         self._over: dict[str, list[Decision]] = {}
         self._chrono: list[int] | None = None
+        self._included: dict[tuple[int, int], Decision] = {}
         # Retrieval's, per query (terms, task, role, phase): the time-independent score parts
         # as arrays (base, time, role, phase; None if an item is undated), and the last order.
         self.partials: dict[tuple[object, ...], Parts | None] = {}
@@ -139,6 +141,15 @@ class PoolFacts:
             ]
             self._over[counter.name] = out
         return out
+
+    def included(self, k: int, tokens: int) -> Decision:
+        """Item *k*'s ``included`` decision at *tokens* (shared between builds: immutable)."""
+        d = self._included.get((k, tokens))
+        if d is None:
+            d = self._included[k, tokens] = Decision(
+                item_id=self.ids[k], action="included", tokens_before=tokens, tokens_after=tokens
+            )
+        return d
 
     def chronological(self) -> list[int]:
         """Positions by (observation time, id): the chronological packing order."""

@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from ctxledger.domain.model import Decision, Layer, Source
 from ctxledger.domain.packing import (
     _COMPRESS_MAX_ATTEMPTS,
@@ -155,27 +157,36 @@ def pack_ranked(
                 kept_k.add(at)
                 kept_keys.append(at)
 
+    # Supersession (``supersede_latest``): the newest version per (source, source_id) among
+    # the live ungrouped items and the forced ones. Without an omission test which items are
+    # live is known before the pass below, so the pass sets the superseded aside.
+    raw = not raw_history
+    out: set[int] = set(kept_k)  # units not live: kept, or dropped before packing
+    gone: set[int] = set()
+    if omit is None and supersede:
+        gone = _superseded(facts, supersede, out, raw=raw)
+
     # One pass over the ranked order: units in order of first appearance (``make_units``;
-    # a group is its first member), each put aside (kept, forced), dropped before packing
-    # (raw history; a strategy's omission) or live — placed straight into its tier's bucket
-    # unless the order is chronological.
+    # a group is its first member), each put aside (kept, forced, superseded), dropped
+    # before packing (raw history; a strategy's omission) or live — placed straight into its
+    # tier's bucket unless the order is chronological or a group waits for its omission test.
     forced_units: list[int] = []
     drops: list[tuple[int, str]] = []
+    superseded: list[int] = []  # in the order they were live
     buckets: list[list[int]] = [[], [], [], [], []]
     live: list[int] = []
-    # With an omission test a group is tested once its members are known: the order of the
-    # live units is kept in ``live`` and bucketed after.
     late = chronological or omit is not None
     put = [live.append] * 5 if late else [b.append for b in buckets]
-    out: set[int] = set(kept_k)  # units not live: kept, or dropped before packing
-    raw = not raw_history
-    plain = facts.plain if raw else facts.plain_with_raw
+    plain = facts.plain if raw else facts.plain_with_raw  # ungrouped, not forced, packable
+    skip = out | gone
     for k in order:
         g = group[k]
         if not g:
             if plain[k] and omit is None:
-                if k not in kept_k:
+                if k not in skip:
                     put[tier[k]](k)
+                elif k in gone:
+                    superseded.append(k)
             elif forced[k]:
                 forced_units.append(k)
             elif k in kept_k:
@@ -209,8 +220,11 @@ def pack_ranked(
     if omit is not None:
         if gmap:
             drops = _omit_groups(drops, gmap, group=group, cand=cand, omit=omit, out=out)
-            if out:
-                live = [k for k in live if k not in out]
+        if supersede:
+            gone = _superseded(facts, supersede, out, raw=raw)
+            superseded = [k for k in live if k in gone]
+        if out or gone:
+            live = [k for k in live if k not in out and k not in gone]
         if not chronological:
             for k in live:
                 g = group[k]
@@ -225,39 +239,17 @@ def pack_ranked(
     for ref in kept_keys:
         f = unit(gmap[ref][0] if isinstance(ref, str) else ref)
         include_kept(f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=0)
-
-    # Supersession (``supersede_latest``): the newest version per (source, source_id).
-    gone: set[int] = set()
-    if supersede and facts.versions:
-        for (source, _), ks in facts.versions.items():
-            if source not in supersede:
-                continue
-            newest: tuple[float, str] | None = None
-            eligible: list[int] = []
-            for k in ks:
-                if group[k]:
-                    continue
-                if not forced[k]:
-                    if k in out:
-                        continue
-                    eligible.append(k)
-                version = (ts[k], ids[k])
-                if newest is None or version > newest:
-                    newest = version
-            gone.update(k for k in eligible if (ts[k], ids[k]) != newest)
-        if gone:
-            for k in [k for k in order if k in gone]:  # in the order they were live
-                acc.drop_id(ids[k], lv[k], tok[k], SUPERSEDED)
-            acc.strategies.add("supersede")
+    if superseded:
+        for k in superseded:
+            acc.drop_id(ids[k], lv[k], tok[k], SUPERSEDED)
+        acc.strategies.add("supersede")
 
     # Packing order: by tier, each tier in ranked order (the ranked order is (-score, id),
     # so no tier needs sorting); or by (time, id) of each unit's earliest member.
     if chronological:
-        ordered = _chronological(live, gone, facts, gmap)
+        ordered = _chronological(live, facts, gmap)
     else:
         ordered = [k for b in buckets for k in b]
-        if gone:
-            ordered = [k for k in ordered if k not in gone]
 
     # Fill in packing order; once nothing more fits, the rest in one pass.
     filler = Filler(
@@ -268,7 +260,9 @@ def pack_ranked(
     contents = facts.contents
     packed = acc.contents
     decisions = acc.decisions
+    chosen = acc.selected
     over = facts.over_budget(counter)
+    included = facts.included
     for at, k in enumerate(ordered):
         if filler.stopped or acc.used >= limit:
             _drop_tail(ordered, at, acc, facts, gmap=gmap, over=over, dedupe=dedupe)
@@ -282,9 +276,17 @@ def pack_ranked(
             continue
         t = tok[k]
         remaining = limit - acc.used
-        if remaining > 0 and t <= remaining:
-            c = cand(k)
-            acc.include(c, key(c))
+        if remaining > 0 and t <= remaining:  # acc.include(cand(k), key(…)), inline
+            item = items[k]
+            packed.add(contents[k])
+            if item.token_count != t:
+                item = msgspec.structs.replace(item, token_count=t)
+            iid = ids[k]
+            chosen.append(
+                ((ts[k], iid, k) if chronological else (tier[k], -scores[k], iid, k), k, item)
+            )
+            acc.used += t
+            decisions[iid] = included(k, t)
         elif remaining <= 0 or (
             not compress
             or filler.attempts >= _COMPRESS_MAX_ATTEMPTS
@@ -299,6 +301,33 @@ def pack_ranked(
         else:
             filler.place(cand(k))
     return acc.result(limit)
+
+
+def _superseded(
+    facts: PoolFacts, supersede: frozenset[Source], out: set[int], *, raw: bool
+) -> set[int]:
+    """The live ungrouped items of *supersede*'s sources that a newer version (observed_at,
+    then id) replaces, among live ungrouped items and forced ones; *out* are not live, nor
+    (with *raw*) raw history."""
+    group, forced, layer, ts, ids = facts.group, facts.forced, facts.layer, facts.ts, facts.ids
+    gone: set[int] = set()
+    for (source, _), ks in facts.versions.items():
+        if source not in supersede:
+            continue
+        newest: tuple[float, str] | None = None
+        eligible: list[int] = []
+        for k in ks:
+            if group[k]:
+                continue
+            if not forced[k]:
+                if k in out or (raw and layer[k] is _L4):
+                    continue
+                eligible.append(k)
+            version = (ts[k], ids[k])
+            if newest is None or version > newest:
+                newest = version
+        gone.update(k for k in eligible if (ts[k], ids[k]) != newest)
+    return gone
 
 
 def _omit_groups(
@@ -325,12 +354,10 @@ def _omit_groups(
     return done
 
 
-def _chronological(
-    live: list[int], gone: set[int], facts: PoolFacts, gmap: dict[str, list[int]]
-) -> list[int]:
-    """Live units (less the superseded) by (time, id) of each unit's earliest member."""
+def _chronological(live: list[int], facts: PoolFacts, gmap: dict[str, list[int]]) -> list[int]:
+    """Live units by (time, id) of each unit's earliest member."""
     group = facts.group
-    wanted = set(live) - gone
+    wanted = set(live)
     out: list[int] = []
     for k in facts.chronological():
         g = group[k]
@@ -359,23 +386,22 @@ def _drop_tail(
     ids, lv, contents, group = facts.ids, facts.layer_value, facts.contents, facts.group
     packed = acc.contents
     decisions = acc.decisions
-    layers: set[int] = set()
-    add = layers.add
-    dropped = 0
-    for k in ordered[start:]:
+    tail = ordered[start:]
+    members: list[int] = []  # of the groups in the tail
+    dropped = len(tail)
+    for k in tail:
         g = group[k]
         if g:
-            for m in gmap[g]:
+            ms = gmap[g]
+            members += ms
+            for m in ms:
                 decisions[ids[m]] = over[m]
-                add(lv[m])
-                dropped += 1
-            continue
-        if dedupe and contents[k] in packed:
+            dropped += len(ms) - 1
+        elif dedupe and contents[k] in packed:
             acc.drop_id(ids[k], lv[k], over[k].tokens_before, DUPLICATE)
             acc.strategies.add("dedupe")
-            continue
-        decisions[ids[k]] = over[k]
-        add(lv[k])
-        dropped += 1
+            dropped -= 1
+        else:
+            decisions[ids[k]] = over[k]
     acc.dropped += dropped
-    acc.truncated.update(layers)
+    acc.truncated.update(map(lv.__getitem__, tail), map(lv.__getitem__, members))
