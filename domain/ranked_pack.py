@@ -4,15 +4,17 @@ The general packer (``packing.pack``) is the specification. It makes a ``Candida
 item and passes over them several times; most of a large pool only passes through (a build
 at 10k items includes ~650 and drops the rest ``over_budget``). This packer takes the same
 steps in the same order — so it records the same decisions in the same order, byte for
-byte (``tests/property/test_ranked_pack.py``) — on integer positions into the pool's
-per-version arrays (``PoolFacts``): a unit is a position (an ungrouped item) or a list of
-positions (a group); ``Candidate``/``Group`` objects are made only for what needs one (a
-strategy's omission test, forced, kept and included units, compression attempts).
+byte (``tests/property/test_ranked_pack.py``) — on positions into the pool's per-version
+arrays (``PoolFacts``): a unit is an ungrouped item's position, or a group's first member
+in ranked order standing for the group; ``Candidate``/``Group`` objects are made only for
+what needs one (a strategy's omission test, forced and kept units, groups that fit or may
+be compressed, compression attempts). A candidate's ``index`` is its pool position here
+(its ranked position in the general packer): it only breaks ties of equal ids, which this
+packer never sees.
 
 It declines (returns ``None``: the general packer runs) what it does not cover: duplicate
 item ids, a scope that excludes or clips, steering notes of another stage, a score that is
-not a number.
-"""
+not a number."""
 
 from __future__ import annotations
 
@@ -267,8 +269,25 @@ def pack_ranked(
         if filler.stopped or acc.used >= limit:
             _drop_tail(ordered, at, acc, facts, gmap=gmap, over=over, dedupe=dedupe)
             break
-        if group[k]:
-            filler.place(unit(k))
+        g = group[k]
+        if g:
+            members = gmap[g]
+            total = sum(map(tok.__getitem__, members))
+            remaining = limit - acc.used
+            if total <= remaining or (
+                compress
+                and filler.attempts < _COMPRESS_MAX_ATTEMPTS
+                and remaining >= _COMPRESS_MIN_ROOM
+                and total > _COMPRESS_MIN_TOKENS
+            ):
+                filler.place(unit(k))
+                continue
+            for m in members:  # acc.drop_unit(…, OVER_BUDGET), from the array
+                decisions[ids[m]] = over[m]
+                acc.truncated.add(lv[m])
+            acc.dropped += len(members)
+            if stop_at_first_miss:
+                filler.stopped = True
             continue
         if dedupe and contents[k] in packed:
             acc.drop_id(ids[k], lv[k], tok[k], DUPLICATE)
