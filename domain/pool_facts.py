@@ -12,20 +12,23 @@ counts, of the counter).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
 
 from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import Decision, Item, Layer, Source
 from ctxledger.domain.ports import TokenCounter
 
-__all__ = ["Parts", "PoolFacts", "pool_facts"]
+__all__ = ["Omissions", "Parts", "PoolFacts", "pool_facts"]
 
 _L4 = Layer.L4
 _STEERING_NOTE = Source.STEERING_NOTE
-_MAX_VERSIONS = 2
-Parts = tuple[
-    list[float], list[float], list[float] | None, list[float]
-]  # pool versions kept (the one being built, the one before)
+_MAX_VERSIONS = 2  # pool versions kept (the one being built, the one before)
+Parts = tuple[list[float], list[float], list[float] | None, list[float]]
+"""Retrieval's time-independent score parts of a query: base, time, role, phase."""
+Omissions = tuple[list[str | None], list[bool], dict[str, bool]]
+"""A keyed omission test's verdicts, the packable items less the omitted, and per group
+whether a member is omitted."""
 
 
 class PoolFacts:
@@ -43,6 +46,7 @@ class PoolFacts:
     __slots__ = (
         "_chrono",
         "_included",
+        "_omissions",
         "_over",
         "_tokens",
         "contents",
@@ -113,6 +117,7 @@ class PoolFacts:
         self._over: dict[str, list[Decision]] = {}
         self._chrono: list[int] | None = None
         self._included: dict[tuple[int, int], Decision] = {}
+        self._omissions: dict[Hashable, Omissions] = {}
         # Retrieval's, per query (terms, task, role, phase): the time-independent score parts
         # as arrays (base, time, role, phase; None if an item is undated), and the last order.
         self.partials: dict[tuple[object, ...], Parts | None] = {}
@@ -150,6 +155,24 @@ class PoolFacts:
                 item_id=self.ids[k], action="included", tokens_before=tokens, tokens_after=tokens
             )
         return d
+
+    def omissions(
+        self, key: Hashable, omit: Callable[[Any], str | None], cand: Callable[[int], Any]
+    ) -> Omissions:
+        """A keyed omission test's verdicts (reason or None per item), the packable items
+        less the omitted, and per group whether a member is omitted — memoised under *key*
+        (the test's name and parameters, the counter, whether raw history is dropped)."""
+        out = self._omissions.get(key)
+        if out is None:
+            verdicts = [omit(cand(k)) or None for k in range(len(self.items))]
+            plain = self.plain if key[-1] else self.plain_with_raw  # type: ignore[index]
+            out = (
+                verdicts,
+                [p and v is None for p, v in zip(plain, verdicts, strict=True)],
+                {g: any(verdicts[k] for k in ks) for g, ks in self.groups.items()},
+            )
+            remember(self._omissions, key, out, 8)
+        return out
 
     def chronological(self) -> list[int]:
         """Positions by (observation time, id): the chronological packing order."""

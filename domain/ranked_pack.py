@@ -19,7 +19,7 @@ not a number."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import msgspec
 
@@ -61,6 +61,7 @@ def pack(
     strategy_name: str,
     budget: int | None = None,
     omit: OmitFn | None = None,
+    omit_key: Hashable | None = None,
     chronological: bool = False,
     supersede: frozenset[Source] = frozenset({Source.ARTIFACT}),
     dedupe: bool = True,
@@ -70,11 +71,15 @@ def pack(
 ) -> PackResult:
     """``packing.pack`` (the strategies' packer): over the pool's arrays when *candidates*
     is the :class:`Ranked` that ``retrieve`` returns and :func:`pack_ranked` covers the
-    case; otherwise the general packer. The same decisions either way."""
+    case; otherwise the general packer. The same decisions either way.
+
+    ``omit_key`` names an omission test and its parameters (hashable) when the test reads
+    only a candidate's item and tokens: its verdicts are then memoised per pool version."""
     if type(candidates) is Ranked:
         done = pack_ranked(
             request, candidates, counter, strategy_name=strategy_name, budget=budget,
-            omit=omit, chronological=chronological, supersede=supersede, dedupe=dedupe,
+            omit=omit, omit_key=omit_key, chronological=chronological, supersede=supersede,
+            dedupe=dedupe,
             compress=compress, stop_at_first_miss=stop_at_first_miss, raw_history=raw_history,
         )  # fmt: skip
         if done is not None:
@@ -100,6 +105,7 @@ def pack_ranked(
     compress: bool,
     stop_at_first_miss: bool,
     raw_history: bool,
+    omit_key: Hashable | None = None,
 ) -> PackResult | None:
     """``packing.pack`` with the same arguments over *ranked*, or ``None`` when it declines."""
     facts = ranked.facts
@@ -163,10 +169,17 @@ def pack_ranked(
     # the live ungrouped items and the forced ones. Without an omission test which items are
     # live is known before the pass below, so the pass sets the superseded aside.
     raw = not raw_history
+    plain = facts.plain if raw else facts.plain_with_raw  # ungrouped, not forced, packable
+    # An omission test with a key: its verdicts per pool version (packable: none omitted).
+    verdicts: list[str | None] | None = None
+    group_omitted: dict[str, bool] = {}
+    if omit is not None and omit_key is not None:
+        verdicts, plain, group_omitted = facts.omissions((omit_key, counter.name, raw), omit, cand)
+    waiting = omit is not None and verdicts is None  # groups tested once their members are known
     out: set[int] = set(kept_k)  # units not live: kept, or dropped before packing
     gone: set[int] = set()
-    if omit is None and supersede:
-        gone = _superseded(facts, supersede, out, raw=raw)
+    if not waiting and supersede:
+        gone = _superseded(facts, supersede, out, raw=raw, verdicts=verdicts)
 
     # One pass over the ranked order: units in order of first appearance (``make_units``;
     # a group is its first member), each put aside (kept, forced, superseded), dropped
@@ -177,14 +190,13 @@ def pack_ranked(
     superseded: list[int] = []  # in the order they were live
     buckets: list[list[int]] = [[], [], [], [], []]
     live: list[int] = []
-    late = chronological or omit is not None
+    late = chronological or waiting
     put = [live.append] * 5 if late else [b.append for b in buckets]
-    plain = facts.plain if raw else facts.plain_with_raw  # ungrouped, not forced, packable
     skip = out | gone
     for k in order:
         g = group[k]
         if not g:
-            if plain[k] and omit is None:
+            if plain[k] and not waiting:
                 if k not in skip:
                     put[tier[k]](k)
                 elif k in gone:
@@ -196,7 +208,7 @@ def pack_ranked(
             else:
                 reason = RAW_HISTORY if raw and layer[k] is _L4 else None
                 if reason is None and omit is not None:
-                    reason = omit(cand(k))
+                    reason = omit(cand(k)) if verdicts is None else verdicts[k]
                 if reason:
                     drops.append((k, reason))
                     out.add(k)
@@ -214,12 +226,20 @@ def pack_ranked(
             forced_units.append(k)
         elif raw and group_raw[g]:
             drops.append((k, RAW_HISTORY))
-        elif omit is not None:
+        elif group_omitted.get(g):
+            drops.append((k, ""))  # the reason of its first member omitted, below
+        elif waiting:
             drops.append((k, ""))  # tested once its members are known, below
             live.append(k)
         else:
             put[group_tier[g]](k)
-    if omit is not None:
+    if verdicts is not None and group_omitted:
+        drops = [
+            (k, reason or next(filter(None, map(verdicts.__getitem__, gmap[group[k]])), ""))
+            for k, reason in drops
+        ]
+    if waiting:
+        assert omit is not None
         if gmap:
             drops = _omit_groups(drops, gmap, group=group, cand=cand, omit=omit, out=out)
         if supersede:
@@ -323,11 +343,16 @@ def pack_ranked(
 
 
 def _superseded(
-    facts: PoolFacts, supersede: frozenset[Source], out: set[int], *, raw: bool
+    facts: PoolFacts,
+    supersede: frozenset[Source],
+    out: set[int],
+    *,
+    raw: bool,
+    verdicts: list[str | None] | None = None,
 ) -> set[int]:
     """The live ungrouped items of *supersede*'s sources that a newer version (observed_at,
     then id) replaces, among live ungrouped items and forced ones; *out* are not live, nor
-    (with *raw*) raw history."""
+    (with *raw*) raw history, nor what *verdicts* omit."""
     group, forced, layer, ts, ids = facts.group, facts.forced, facts.layer, facts.ts, facts.ids
     gone: set[int] = set()
     for (source, _), ks in facts.versions.items():
@@ -339,7 +364,7 @@ def _superseded(
             if group[k]:
                 continue
             if not forced[k]:
-                if k in out or (raw and layer[k] is _L4):
+                if k in out or (raw and layer[k] is _L4) or (verdicts and verdicts[k]):
                     continue
                 eligible.append(k)
             version = (ts[k], ids[k])

@@ -47,4 +47,5 @@ class AggressiveRefreshStrategy:
             strategy_name=self.name,
             budget=max(request.budget, 0) * self._percent // 100,
             omit=omit,
+            omit_key=("other_phase", phase),
         )

@@ -48,4 +48,7 @@ class RoleOptimizedStrategy:
                 unrelated = c.item.source is Source.PARENT_REPORT and c.item.task != task
                 return OMITTED_BY_STRATEGY if unrelated else None
 
-        return pack(request, candidates, counter, strategy_name=self.name, omit=omit)
+        return pack(
+            request, candidates, counter, strategy_name=self.name, omit=omit,
+            omit_key=("role_optimized", role, limit, task),
+        )  # fmt: skip

@@ -38,4 +38,6 @@ class SummaryStrategy:
     def select(
         self, request: BuildRequest, candidates: Sequence[ScoredItem], counter: TokenCounter
     ) -> PackResult:
-        return pack(request, candidates, counter, strategy_name=self.name, omit=_omit)
+        return pack(
+            request, candidates, counter, strategy_name=self.name, omit=_omit, omit_key="summary"
+        )

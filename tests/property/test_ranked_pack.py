@@ -13,7 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxledger.domain.model import Item, Layer, Source
-from ctxledger.domain.packing import OMITTED_BY_STRATEGY, Candidate, PackResult, pack
+from ctxledger.domain.packing import (
+    OMITTED_BY_STRATEGY,
+    OTHER_PHASE,
+    Candidate,
+    PackResult,
+    pack,
+)
 from ctxledger.domain.ranked_pack import pack_ranked
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import Ranked, retrieve
@@ -69,12 +75,19 @@ def _omit_l3(c: Candidate) -> str | None:
     return OMITTED_BY_STRATEGY if c.item.layer is Layer.L3 else None
 
 
+def _omit_two_reasons(c: Candidate) -> str | None:
+    """Members of one group may give different reasons: the first in ranked order counts."""
+    layer = c.item.layer
+    return OMITTED_BY_STRATEGY if layer is Layer.L3 else OTHER_PHASE if layer is Layer.L2 else None
+
+
 @given(
     cases(),
     st.fixed_dictionaries(
         {
             "budget": st.one_of(st.none(), st.integers(0, 2000)),
-            "omit": st.sampled_from([None, _omit_l3]),
+            "omit": st.sampled_from([None, _omit_l3, _omit_two_reasons]),
+            "omit_key": st.sampled_from([None, "key"]),  # verdicts memoised per pool version
             "chronological": st.booleans(),
             "supersede": st.sampled_from(
                 [frozenset(), frozenset({Source.ARTIFACT}), frozenset(Source)]
@@ -93,8 +106,10 @@ def test_every_packing_option_decides_the_same_over_positions(
     request = msgspec.structs.replace(request, scope=Scope())
     ranked = retrieve(request, pool)
     assert type(ranked) is Ranked
-    general = pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
     fast = pack_ranked(request, ranked, COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+    again = pack_ranked(request, ranked, COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+    del options["omit_key"]  # the general packer tests every candidate each time
+    general = pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
     ids = [it.id for it in pool]
     other_stage = any(
         it.source is Source.STEERING_NOTE and it.stage not in ("", request.stage_id) for it in pool
@@ -103,7 +118,8 @@ def test_every_packing_option_decides_the_same_over_positions(
         assert fast is None  # declined: the general packer decides
         return
     assert fast is not None
-    assert _encoded(fast) == _encoded(general)
+    assert again is not None
+    assert _encoded(fast) == _encoded(general) == _encoded(again)
     assert list(fast.decisions) == list(general.decisions)
 
 
@@ -132,3 +148,29 @@ def test_a_large_pool_takes_the_ranked_path_and_matches() -> None:
         chronological=False, supersede=frozenset({Source.ARTIFACT}), dedupe=True, compress=True,
         stop_at_first_miss=False, raw_history=False,
     ) is not None  # fmt: skip
+
+
+def test_a_group_is_omitted_with_the_reason_of_its_first_member_in_ranked_order() -> None:
+    for relevant in ("a", "b"):  # either member ranked first
+        pool = [
+            Item(
+                id=iid, layer=layer, source=Source.TOOL_LOG, content=iid, group="g",
+                relevance=1.0 if iid == relevant else 0.0,
+            )
+            for iid, layer in (("a", Layer.L3), ("b", Layer.L2))
+        ]  # fmt: skip
+        request = BuildRequest(agent_id="a", budget=100, now=NOW)
+        ranked = retrieve(request, pool)
+        first = ranked[0].item.id
+        assert first == relevant
+        options: dict[str, object] = {
+            "budget": None, "omit": _omit_two_reasons, "chronological": False,
+            "supersede": frozenset(), "dedupe": True, "compress": True,
+            "stop_at_first_miss": False, "raw_history": False,
+        }  # fmt: skip
+        fast = pack_ranked(request, ranked, COUNTER, strategy_name="s", omit_key="k", **options)  # type: ignore[arg-type]
+        general = pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+        assert fast is not None
+        want = OMITTED_BY_STRATEGY if first == "a" else OTHER_PHASE
+        assert {d.reason for d in fast.decisions.values()} == {want}
+        assert _encoded(fast) == _encoded(general)
