@@ -45,6 +45,7 @@ class PoolFacts:
 
     __slots__ = (
         "_chrono",
+        "_dropped_as",
         "_included",
         "_omissions",
         "_over",
@@ -117,6 +118,7 @@ class PoolFacts:
         self._over: dict[str, list[Decision]] = {}
         self._chrono: list[int] | None = None
         self._included: dict[tuple[int, int], Decision] = {}
+        self._dropped_as: dict[tuple[str, str], list[Decision | None]] = {}
         self._omissions: dict[Hashable, Omissions] = {}
         # Retrieval's, per query (terms, task, role, phase): the time-independent score parts
         # as arrays (base, time, role, phase; None if an item is undated), and the last order.
@@ -145,6 +147,14 @@ class PoolFacts:
                 for iid, t in zip(self.ids, self.tokens(counter), strict=True)
             ]
             self._over[counter.name] = out
+        return out
+
+    def dropped_as(self, reason: str, counter: TokenCounter) -> list[Decision | None]:
+        """Each item's decision dropped for *reason*, filled in by the packer as it drops
+        (``None``: not made yet) and shared by the builds over this pool version."""
+        out = self._dropped_as.get((reason, counter.name))
+        if out is None:
+            out = self._dropped_as[reason, counter.name] = [None] * len(self.items)
         return out
 
     def included(self, k: int, tokens: int) -> Decision:

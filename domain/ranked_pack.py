@@ -29,6 +29,7 @@ from ctxledger.domain.packing import (
     _COMPRESS_MIN_ROOM,
     _COMPRESS_MIN_TOKENS,
     DUPLICATE,
+    EXCLUDED_BY_SCOPE,
     RAW_HISTORY,
     SUPERSEDED,
     Accumulator,
@@ -38,6 +39,7 @@ from ctxledger.domain.packing import (
     OmitFn,
     PackResult,
     Unit,
+    _dropped,
     effective_budget,
     include_kept,
     scope_excluder,
@@ -186,8 +188,12 @@ def pack_ranked(
     # before packing (raw history; a strategy's omission) or live — placed straight into its
     # tier's bucket unless the order is chronological or a group waits for its omission test.
     forced_units: list[int] = []
-    drops: list[tuple[int, str]] = []
+    # Dropped before packing, in unit order: positions and reasons side by side (a tuple
+    # each would feed the collector thousands of objects per build).
+    dropped: list[int] = []
+    why: list[str] = []
     superseded: list[int] = []  # in the order they were live
+    pending: list[int] = []  # drops of groups whose reason waits for their ranked members
     buckets: list[list[int]] = [[], [], [], [], []]
     live: list[int] = []
     late = chronological or waiting
@@ -210,7 +216,8 @@ def pack_ranked(
                 if reason is None and omit is not None:
                     reason = omit(cand(k)) if verdicts is None else verdicts[k]
                 if reason:
-                    drops.append((k, reason))
+                    dropped.append(k)
+                    why.append(reason)
                     out.add(k)
                 else:
                     put[tier[k]](k)
@@ -225,23 +232,28 @@ def pack_ranked(
         if group_forced[g]:
             forced_units.append(k)
         elif raw and group_raw[g]:
-            drops.append((k, RAW_HISTORY))
+            dropped.append(k)
+            why.append(RAW_HISTORY)
         elif group_omitted.get(g):
-            drops.append((k, ""))  # the reason of its first member omitted, below
+            pending.append(len(dropped))  # the reason of its first member omitted, below
+            dropped.append(k)
+            why.append("")
         elif waiting:
-            drops.append((k, ""))  # tested once its members are known, below
+            dropped.append(k)  # tested once its members are known, below
+            why.append("")
             live.append(k)
         else:
             put[group_tier[g]](k)
-    if verdicts is not None and group_omitted:
-        drops = [
-            (k, reason or next(filter(None, map(verdicts.__getitem__, gmap[group[k]])), ""))
-            for k, reason in drops
-        ]
+    if verdicts is not None:
+        for at in pending:
+            members = gmap[group[dropped[at]]]
+            why[at] = next(filter(None, map(verdicts.__getitem__, members)), "")
     if waiting:
         assert omit is not None
         if gmap:
-            drops = _omit_groups(drops, gmap, group=group, cand=cand, omit=omit, out=out)
+            dropped, why = _omit_groups(
+                dropped, why, gmap, group=group, cand=cand, omit=omit, out=out
+            )
         if supersede:
             gone = _superseded(facts, supersede, out, raw=raw)
             superseded = [k for k in live if k in gone]
@@ -251,10 +263,24 @@ def pack_ranked(
             for k in live:
                 g = group[k]
                 buckets[group_tier[g] if g else tier[k]].append(k)
-    for k, reason in drops:
-        g = group[k]
-        for m in gmap[g] if g else (k,):
-            acc.drop_id(ids[m], lv[m], tok[m], reason)
+    if dropped:  # acc.drop_id for each member, with decisions shared per pool version
+        decisions = acc.decisions
+        layers: set[int] = set()
+        count = 0
+        for k, reason in zip(dropped, why, strict=True):
+            made = facts.dropped_as(reason, counter)
+            truncates = reason != EXCLUDED_BY_SCOPE  # (a strategy's own reason could say so)
+            g = group[k]
+            for m in gmap[g] if g else (k,):
+                d = made[m]
+                if d is None:
+                    d = made[m] = _dropped(ids[m], reason, tok[m])
+                decisions[ids[m]] = d
+                if truncates:
+                    layers.add(lv[m])
+                count += 1
+        acc.dropped += count
+        acc.truncated.update(layers)
     for k in forced_units:
         f = unit(k)
         acc.include_unit(f, key(f))
@@ -375,27 +401,30 @@ def _superseded(
 
 
 def _omit_groups(
-    drops: list[tuple[int, str]],
+    dropped: list[int],
+    why: list[str],
     gmap: dict[str, list[int]],
     *,
     group: list[str],
     cand: Callable[[int], Candidate],
     omit: OmitFn,
     out: set[int],
-) -> list[tuple[int, str]]:
-    """The drops, with the groups whose omission test waited for their members (entries
-    with no reason) tested now — in ranked member order, the first member's reason dropping
-    the whole group (its first member then joins *out*) — or left out when none omits."""
-    done: list[tuple[int, str]] = []
-    for k, reason in drops:
+) -> tuple[list[int], list[str]]:
+    """The drops, with the groups whose omission test waited for their members (no reason
+    yet) tested now — in ranked member order, the first member's reason dropping the whole
+    group (its first member then joins *out*) — or left out when none omits."""
+    keep_k: list[int] = []
+    keep_why: list[str] = []
+    for k, reason in zip(dropped, why, strict=True):
         if not reason:
-            why = next(filter(None, (omit(cand(m)) for m in gmap[group[k]])), None)
-            if why is None:
+            found = next(filter(None, (omit(cand(m)) for m in gmap[group[k]])), None)
+            if found is None:
                 continue
-            reason = why
+            reason = found
             out.add(k)
-        done.append((k, reason))
-    return done
+        keep_k.append(k)
+        keep_why.append(reason)
+    return keep_k, keep_why
 
 
 def _chronological(live: list[int], facts: PoolFacts, gmap: dict[str, list[int]]) -> list[int]:
