@@ -267,8 +267,11 @@ def pack_ranked(
         decisions = acc.decisions
         layers: set[int] = set()
         count = 0
+        made_for: dict[str, list[Decision | None]] = {}
         for k, reason in zip(dropped, why, strict=True):
-            made = facts.dropped_as(reason, counter)
+            made = made_for.get(reason)
+            if made is None:
+                made = made_for[reason] = facts.dropped_as(reason, counter)
             truncates = reason != EXCLUDED_BY_SCOPE  # (a strategy's own reason could say so)
             g = group[k]
             for m in gmap[g] if g else (k,):
