@@ -404,6 +404,22 @@ class Accumulator:
             )
             self.strategies.add(method)
 
+    def include_versions(
+        self,
+        members: Sequence[Candidate],
+        versions: Sequence[tuple[str | None, int]],
+        key: tuple[object, ...],
+    ) -> None:
+        """Include each member whole (``None`` text) or as its scope-clipped version."""
+        for m, (text, t) in zip(members, versions, strict=True):
+            if text is None:
+                self.include(m, key)
+            else:
+                self.include(
+                    m, key, content=text, tokens=t, action="clipped",
+                    method=CLIP_METHOD, reason=CLIP_REASON,
+                )  # fmt: skip
+
     def include_unit(self, u: Unit, key: tuple[object, ...]) -> None:
         for m in u.members:
             self.include(m, key)
@@ -542,14 +558,7 @@ def include_kept(
     versions = [_version(m, clip_limit, counter) for m in members]
     room = limit - acc.used
     if sum(v[1] for v in versions) <= room:
-        for m, (text, t) in zip(members, versions, strict=True):
-            if text is None:
-                acc.include(m, key)
-            else:
-                acc.include(
-                    m, key, content=text, tokens=t, action="clipped",
-                    method=CLIP_METHOD, reason=CLIP_REASON,
-                )  # fmt: skip
+        acc.include_versions(members, versions, key)
         return
     allowance = _RENDER_ALLOWANCE * len(members)
     if room - allowance < _KEPT_MIN_ROOM * len(members):
@@ -691,14 +700,7 @@ class Filler:
         versions = [_version(m, clip_limit, counter) for m in members]
         total = sum(v[1] for v in versions)
         if total <= remaining:
-            for m, (text, t) in zip(members, versions, strict=True):
-                if text is None:
-                    acc.include(m, key)
-                else:
-                    acc.include(
-                        m, key, content=text, tokens=t, action="clipped",
-                        method=CLIP_METHOD, reason=CLIP_REASON,
-                    )  # fmt: skip
+            acc.include_versions(members, versions, key)
             return
         if (
             compress
