@@ -168,8 +168,9 @@ def pack_ranked(
                 kept_keys.append(at)
 
     # Supersession (``supersede_latest``): the newest version per (source, source_id) among
-    # the live ungrouped items and the forced ones. Without an omission test which items are
-    # live is known before the pass below, so the pass sets the superseded aside.
+    # the live ungrouped items and the forced ones. Unless an omission test must run item by
+    # item (no key), which items are live is known before the pass below, so the pass sets
+    # the superseded aside.
     raw = not raw_history
     plain = facts.plain if raw else facts.plain_with_raw  # ungrouped, not forced, packable
     # An omission test with a key: its verdicts per pool version (packable: none omitted).
