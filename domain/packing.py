@@ -672,19 +672,29 @@ class Filler:
         self.attempts = 0
         self.stopped = False  # a stop-at-first-miss strategy missed: the rest is the tail
 
+    def may_compress(self, tokens: int, remaining: int) -> bool:
+        """Whether a unit of *tokens* that does not fit *remaining* gets a compression
+        attempt (compression on, attempts left, enough room, a unit big enough)."""
+        return (
+            self.compress
+            and self.attempts < _COMPRESS_MAX_ATTEMPTS
+            and remaining >= _COMPRESS_MIN_ROOM
+            and tokens > _COMPRESS_MIN_TOKENS
+        )
+
     def place(self, u: Unit) -> None:
         acc, limit, clip_limit, counter = self.acc, self.limit, self.clip_limit, self.counter
-        compress, attempts = self.compress, self.attempts
         if type(u) is Candidate:
             if self.dedupe and u.item.content in acc.contents:
                 acc.drop(u, DUPLICATE)
                 acc.strategies.add("dedupe")
                 return
             remaining = limit - acc.used
-            if remaining <= 0 or (u.tokens > remaining and not clip_limit and (
-                not compress or attempts >= _COMPRESS_MAX_ATTEMPTS or remaining < _COMPRESS_MIN_ROOM
-                or u.tokens <= _COMPRESS_MIN_TOKENS
-            )):  # fmt: skip
+            if remaining <= 0 or (
+                u.tokens > remaining
+                and not clip_limit
+                and not self.may_compress(u.tokens, remaining)
+            ):
                 acc.drop(u, OVER_BUDGET)
                 if self.stop_at_first_miss:
                     self.stopped = True
@@ -702,13 +712,8 @@ class Filler:
         if total <= remaining:
             acc.include_versions(members, versions, key)
             return
-        if (
-            compress
-            and attempts < _COMPRESS_MAX_ATTEMPTS
-            and remaining >= _COMPRESS_MIN_ROOM
-            and total > _COMPRESS_MIN_TOKENS
-        ):
-            self.attempts = attempts + 1
+        if self.may_compress(total, remaining):
+            self.attempts += 1
             packed = _compress_unit(members, versions, clip_limit, counter)
             if packed is not None and sum(p[1] for p in packed) <= remaining:
                 for m, (text, t, action, method) in zip(members, packed, strict=True):

@@ -48,7 +48,6 @@ class PoolFacts:
         "_dropped_as",
         "_included",
         "_omissions",
-        "_over",
         "_tokens",
         "contents",
         "distinct_contents",
@@ -115,7 +114,6 @@ class PoolFacts:
         self.versions = {key: ks for key, ks in versions.items() if len(ks) > 1}
         self.staged = staged
         self._tokens: dict[str, list[int]] = {}
-        self._over: dict[str, list[Decision]] = {}
         self._chrono: list[int] | None = None
         self._included: dict[tuple[int, int], Decision] = {}
         self._dropped_as: dict[tuple[str, str], list[Decision | None]] = {}
@@ -137,17 +135,17 @@ class PoolFacts:
         return out
 
     def over_budget(self, counter: TokenCounter) -> list[Decision]:
-        """Each item's ``over_budget`` decision (the tail of a build drops thousands)."""
-        out = self._over.get(counter.name)
-        if out is None:
-            from ctxledger.domain.packing import OVER_BUDGET, _dropped
+        """Each item's ``over_budget`` decision (the tail of a build drops thousands): the
+        ``dropped_as`` list of that reason, made whole."""
+        from ctxledger.domain.packing import OVER_BUDGET, _dropped
 
-            out = [
-                _dropped(iid, OVER_BUDGET, t)
-                for iid, t in zip(self.ids, self.tokens(counter), strict=True)
+        made = self.dropped_as(OVER_BUDGET, counter)
+        if None in made:
+            made[:] = [
+                d or _dropped(iid, OVER_BUDGET, t)
+                for d, iid, t in zip(made, self.ids, self.tokens(counter), strict=True)
             ]
-            self._over[counter.name] = out
-        return out
+        return made  # type: ignore[return-value]  # (no None left)
 
     def dropped_as(self, reason: str, counter: TokenCounter) -> list[Decision | None]:
         """Each item's decision dropped for *reason*, filled in by the packer as it drops
@@ -167,15 +165,23 @@ class PoolFacts:
         return d
 
     def omissions(
-        self, key: Hashable, omit: Callable[[Any], str | None], cand: Callable[[int], Any]
+        self,
+        key: Hashable,
+        omit: Callable[[Any], str | None],
+        cand: Callable[[int], Any],
+        *,
+        counter: TokenCounter,
+        raw: bool,
     ) -> Omissions:
         """A keyed omission test's verdicts (reason or None per item), the packable items
-        less the omitted, and per group whether a member is omitted — memoised under *key*
-        (the test's name and parameters, the counter, whether raw history is dropped)."""
+        less the omitted (with *raw*, raw history is not packable), and per group whether a
+        member is omitted — memoised per *key* (the test's name and parameters), counter and
+        *raw*."""
+        key = (key, counter.name, raw)
         out = self._omissions.get(key)
         if out is None:
             verdicts = [omit(cand(k)) or None for k in range(len(self.items))]
-            plain = self.plain if key[-1] else self.plain_with_raw  # type: ignore[index]
+            plain = self.plain if raw else self.plain_with_raw
             out = (
                 verdicts,
                 [p and v is None for p, v in zip(plain, verdicts, strict=True)],

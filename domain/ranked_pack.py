@@ -25,9 +25,6 @@ import msgspec
 
 from ctxledger.domain.model import Decision, Layer, Source
 from ctxledger.domain.packing import (
-    _COMPRESS_MAX_ATTEMPTS,
-    _COMPRESS_MIN_ROOM,
-    _COMPRESS_MIN_TOKENS,
     DUPLICATE,
     EXCLUDED_BY_SCOPE,
     RAW_HISTORY,
@@ -177,7 +174,9 @@ def pack_ranked(
     verdicts: list[str | None] | None = None
     group_omitted: dict[str, bool] = {}
     if omit is not None and omit_key is not None:
-        verdicts, plain, group_omitted = facts.omissions((omit_key, counter.name, raw), omit, cand)
+        verdicts, plain, group_omitted = facts.omissions(
+            omit_key, omit, cand, counter=counter, raw=raw
+        )
     waiting = omit is not None and verdicts is None  # groups tested once their members are known
     out: set[int] = set(kept_k)  # units not live: kept, or dropped before packing
     gone: set[int] = set()
@@ -324,12 +323,7 @@ def pack_ranked(
             members = gmap[g]
             total = sum(map(tok.__getitem__, members))
             remaining = limit - acc.used
-            if total <= remaining or (
-                compress
-                and filler.attempts < _COMPRESS_MAX_ATTEMPTS
-                and remaining >= _COMPRESS_MIN_ROOM
-                and total > _COMPRESS_MIN_TOKENS
-            ):
+            if total <= remaining or filler.may_compress(total, remaining):
                 filler.place(unit(k))
                 continue
             for m in members:  # acc.drop_unit(…, OVER_BUDGET), from the array
@@ -356,12 +350,7 @@ def pack_ranked(
             )
             acc.used += t
             decisions[iid] = included(k, t)
-        elif remaining <= 0 or (
-            not compress
-            or filler.attempts >= _COMPRESS_MAX_ATTEMPTS
-            or remaining < _COMPRESS_MIN_ROOM
-            or t <= _COMPRESS_MIN_TOKENS
-        ):
+        elif remaining <= 0 or not filler.may_compress(t, remaining):
             decisions[ids[k]] = over[k]  # acc.drop_id(…, OVER_BUDGET), from the array
             acc.dropped += 1
             acc.truncated.add(lv[k])
