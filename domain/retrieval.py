@@ -289,29 +289,12 @@ def _scores(request: BuildRequest, pool: Sequence[Item]) -> list[float]:
     not on its time per (those terms, item object) (``_partial``): a build over the same pool
     with the same query computes only recency. Equal to computing every part afresh
     (tests/property/test_retrieval_memo.py)."""
-    rt = request_terms(request)
-    task = request.task
-    phase = request.phase
-    role = ROLE_WEIGHTS.get(request.role.lower()) or {}
-    key = (rt, task, request.role.lower(), phase)
-    table = _partials.get(key)
-    if table is None:
-        table = remember(_partials, key, {}, _PARTIAL_KEYS)
     now_ts = _timestamp(request.now)
     w_recency = W_RECENCY
     per_second = 1.0 / (3600.0 * RECENCY_HALF_LIFE_HOURS)
-    statics = _statics
     out: list[float] = []
     append = out.append
-    for it in pool:
-        entry = table.get(id(it))
-        if entry is None or entry[0] is not it:
-            st = statics.get(id(it))
-            if st is None or st.item is not it:
-                st = _static(it)
-            entry = _partial(it, st, rt=rt, task=task, role=role, phase=phase)
-            # The entry holds the item, so its id cannot be reused while it is cached.
-            remember(table, id(it), entry, _MEMO_MAX)
+    for entry in _partial_entries(request, pool):
         _, score, ts, role_part, phase_part = entry
         if ts is not None:
             age = now_ts - ts
