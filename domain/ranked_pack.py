@@ -263,27 +263,7 @@ def pack_ranked(
             for k in live:
                 g = group[k]
                 buckets[group_tier[g] if g else tier[k]].append(k)
-    if dropped:  # acc.drop_id for each member, with decisions shared per pool version
-        decisions = acc.decisions
-        layers: set[int] = set()
-        count = 0
-        made_for: dict[str, list[Decision | None]] = {}
-        for k, reason in zip(dropped, why, strict=True):
-            made = made_for.get(reason)
-            if made is None:
-                made = made_for[reason] = facts.dropped_as(reason, counter)
-            truncates = reason != EXCLUDED_BY_SCOPE  # (a strategy's own reason could say so)
-            g = group[k]
-            for m in gmap[g] if g else (k,):
-                d = made[m]
-                if d is None:
-                    d = made[m] = _dropped(ids[m], reason, tok[m])
-                decisions[ids[m]] = d
-                if truncates:
-                    layers.add(lv[m])
-                count += 1
-        acc.dropped += count
-        acc.truncated.update(layers)
+    _record_drops(acc, facts, counter, gmap, dropped=dropped, why=why)
     for k in forced_units:
         f = unit(k)
         acc.include_unit(f, key(f))
@@ -291,8 +271,9 @@ def pack_ranked(
         f = unit(gmap[ref][0] if isinstance(ref, str) else ref)
         include_kept(f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=0)
     if superseded:
-        for k in superseded:
-            acc.drop_id(ids[k], lv[k], tok[k], SUPERSEDED)
+        _record_drops(
+            acc, facts, counter, gmap, dropped=superseded, why=[SUPERSEDED] * len(superseded)
+        )
         acc.strategies.add("supersede")
 
     # Packing order: by tier, each tier in ranked order (the ranked order is (-score, id),
@@ -359,6 +340,40 @@ def pack_ranked(
         else:
             filler.place(cand(k))
     return acc.result(limit)
+
+
+def _record_drops(
+    acc: Accumulator,
+    facts: PoolFacts,
+    counter: TokenCounter,
+    gmap: dict[str, list[int]],
+    *,
+    dropped: list[int],
+    why: list[str],
+) -> None:
+    """``acc.drop_id`` for each member of each unit in *dropped* with its reason in *why*,
+    in order, with the decisions shared per pool version and reason."""
+    ids, lv, group, tok = facts.ids, facts.layer_value, facts.group, facts.tokens(counter)
+    decisions = acc.decisions
+    layers: set[int] = set()
+    count = 0
+    made_for: dict[str, list[Decision | None]] = {}
+    for k, reason in zip(dropped, why, strict=True):
+        made = made_for.get(reason)
+        if made is None:
+            made = made_for[reason] = facts.dropped_as(reason, counter)
+        truncates = reason != EXCLUDED_BY_SCOPE  # (a strategy's own reason could say so)
+        g = group[k]
+        for m in gmap[g] if g else (k,):
+            d = made[m]
+            if d is None:
+                d = made[m] = _dropped(ids[m], reason, tok[m])
+            decisions[ids[m]] = d
+            if truncates:
+                layers.add(lv[m])
+            count += 1
+    acc.dropped += count
+    acc.truncated.update(layers)
 
 
 def _superseded(
