@@ -50,6 +50,7 @@ class PoolFacts:
         "_omissions",
         "_tokens",
         "contents",
+        "derived",
         "distinct_contents",
         "forced",
         "group",
@@ -122,6 +123,8 @@ class PoolFacts:
         # as arrays (base, time, role, phase; None if an item is undated), and the last order.
         self.partials: dict[tuple[object, ...], Parts | None] = {}
         self.orders: dict[tuple[object, ...], list[int]] = {}
+        # A strategy's own facts of this pool version, by the strategy's key.
+        self.derived: dict[Hashable, object] = {}
 
     def tokens(self, counter: TokenCounter) -> list[int]:
         """Each item's tokens: ``Item.token_count`` when > 0, else *counter*'s count."""

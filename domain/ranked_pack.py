@@ -47,7 +47,7 @@ from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked, ScoredItem
 
-__all__ = ["pack", "pack_ranked"]
+__all__ = ["pack", "pack_ranked", "record_drops"]
 
 _L4 = Layer.L4
 
@@ -263,7 +263,7 @@ def pack_ranked(
             for k in live:
                 g = group[k]
                 buckets[group_tier[g] if g else tier[k]].append(k)
-    _record_drops(acc, facts, counter, gmap, dropped=dropped, why=why)
+    record_drops(acc, facts, counter, gmap, dropped=dropped, why=why)
     for k in forced_units:
         f = unit(k)
         acc.include_unit(f, key(f))
@@ -271,7 +271,7 @@ def pack_ranked(
         f = unit(gmap[ref][0] if isinstance(ref, str) else ref)
         include_kept(f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=0)
     if superseded:
-        _record_drops(
+        record_drops(
             acc, facts, counter, gmap, dropped=superseded, why=[SUPERSEDED] * len(superseded)
         )
         acc.strategies.add("supersede")
@@ -342,7 +342,7 @@ def pack_ranked(
     return acc.result(limit)
 
 
-def _record_drops(
+def record_drops(
     acc: Accumulator,
     facts: PoolFacts,
     counter: TokenCounter,

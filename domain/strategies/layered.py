@@ -45,7 +45,8 @@ from ctxledger.domain.packing import (
 )
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest
-from ctxledger.domain.retrieval import ScoredItem
+from ctxledger.domain.retrieval import Ranked, ScoredItem
+from ctxledger.domain.strategies.layered_ranked import select_ranked
 
 __all__ = ["ALWAYS_KEPT_SOURCES", "CONVERSATION_KEEP_LAST", "EVICTABLE", "LayeredStrategy"]
 
@@ -101,6 +102,13 @@ class LayeredStrategy:
     def select(
         self, request: BuildRequest, candidates: Sequence[ScoredItem], counter: TokenCounter
     ) -> PackResult:
+        if type(candidates) is Ranked:
+            done = select_ranked(
+                request, candidates, counter, name=self.name, keep_last=self._keep_last,
+                always_kept=ALWAYS_KEPT_SOURCES,
+            )  # fmt: skip
+            if done is not None:
+                return done
         limit = effective_budget(request)
         acc = Accumulator(counter, self.name)
         cands = drop_other_stage(prepare(candidates, counter), request.stage_id, acc)

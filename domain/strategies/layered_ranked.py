@@ -1,0 +1,323 @@
+"""``layered`` over positions: :meth:`LayeredStrategy.select` for a :class:`Ranked` pool.
+
+``LayeredStrategy.select`` over a list of scored items is the specification: it makes a
+``Candidate`` per item, groups them into units, and sorts the units by age for each eviction
+class and again for the last resort. At 10k items a build evicts thousands of units; most of
+its time went to those objects and sorts. This module takes the same steps in the same
+order — the same decisions in the same order and the same items, byte for byte
+(``tests/property/test_layered_ranked.py``) — on positions into the pool's arrays. What
+does not depend on the request is kept per pool version (:class:`LayeredFacts`): which items
+the strategy forces, the units in age order overall and per eviction class, the tool logs
+and conversation turns in age order, the artifacts with several versions. A unit is an
+ungrouped item's position or, for a group, its earliest member's position.
+
+It declines (returns ``None``: the specification runs) what it does not cover: duplicate
+item ids, a scope that excludes or clips, steering notes of another stage."""
+
+from __future__ import annotations
+
+import msgspec
+
+from ctxledger.domain.model import Layer, Source
+from ctxledger.domain.packing import (
+    DUPLICATE,
+    OUTSIDE_WINDOW,
+    OVER_BUDGET,
+    SUPERSEDED,
+    Accumulator,
+    Candidate,
+    Group,
+    PackResult,
+    Unit,
+    effective_budget,
+    include_kept,
+    scope_excluder,
+)
+from ctxledger.domain.pool_facts import PoolFacts
+from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.ranked_pack import record_drops
+from ctxledger.domain.request import BuildRequest
+from ctxledger.domain.retrieval import Ranked
+
+__all__ = ["LayeredFacts", "layered_facts", "select_ranked"]
+
+_EVICTION_CLASSES = ((Layer.L2, True), (Layer.L2, False), (Layer.L1, True), (Layer.L1, False))
+"""Eviction order: L2 tool logs, other L2, L1 tool logs, other L1 (the order of
+``layered.EVICTABLE``, tool logs first within a layer)."""
+_EVICTABLE_VALUES = frozenset(int(layer) for layer, _ in _EVICTION_CLASSES)
+
+
+class LayeredFacts:
+    """The layered strategy's request-independent facts of one pool version.
+
+    ``forced[k]``: item *k* is never dropped (pinned, mandatory, a steering note or event
+    history); ``group_forced``/``group_layer``/``first``: per group, whether a member is
+    forced, the members' smallest layer, the earliest member (the group's unit);
+    ``by_age``: every unit, oldest first; ``evictable``: per eviction class, its units oldest
+    first; ``logs``/``talk``: the ungrouped unforced tool logs / conversation turns oldest
+    first; ``artifact[k]``: item *k* is an ungrouped unforced artifact whose ``source_id``
+    has several versions in the pool."""
+
+    __slots__ = (
+        "_sizes",
+        "artifact",
+        "by_age",
+        "evictable",
+        "first",
+        "forced",
+        "group_forced",
+        "group_layer",
+        "logs",
+        "talk",
+    )
+
+    def __init__(self, facts: PoolFacts, always_kept: frozenset[Source]) -> None:
+        items, group, lv = facts.items, facts.group, facts.layer_value
+        sources = [it.source for it in items]
+        forced = [f or s in always_kept for f, s in zip(facts.forced, sources, strict=True)]
+        self.forced = forced
+        groups = facts.groups
+        self.group_forced = {g: any(forced[k] for k in ks) for g, ks in groups.items()}
+        self.group_layer = {g: min(lv[k] for k in ks) for g, ks in groups.items()}
+        by_age: list[int] = []
+        first: dict[str, int] = {}
+        for k in facts.chronological():
+            g = group[k]
+            if not g:
+                by_age.append(k)
+            elif g not in first:
+                first[g] = k
+                by_age.append(k)
+        self.first = first
+        self.by_age = by_age
+        tool_log = Source.TOOL_LOG
+
+        def eviction_class(u: int) -> tuple[int, bool] | None:
+            g = group[u]
+            ks = groups[g] if g else (u,)
+            if not all(lv[k] in _EVICTABLE_VALUES for k in ks):
+                return None
+            return (min(lv[k] for k in ks), all(sources[k] is tool_log for k in ks))
+
+        classes = [eviction_class(u) for u in by_age]
+        self.evictable = [
+            [u for u, c in zip(by_age, classes, strict=True) if c == (int(layer), is_log)]
+            for layer, is_log in _EVICTION_CLASSES
+        ]
+        loose = [not g and not f for g, f in zip(group, forced, strict=True)]
+        self.logs = [k for k in by_age if loose[k] and sources[k] is tool_log]
+        self.talk = [k for k in by_age if loose[k] and sources[k] is Source.CONVERSATION]
+        artifact = Source.ARTIFACT
+        self.artifact = [
+            lo and s is artifact and (artifact, it.source_id) in facts.versions
+            for lo, s, it in zip(loose, sources, items, strict=True)
+        ]
+        self._sizes: dict[str, list[int]] = {}
+
+    def sizes(self, facts: PoolFacts, counter: TokenCounter) -> list[int]:
+        """Each unit's tokens at its position (a group's total at its earliest member)."""
+        out = self._sizes.get(counter.name)
+        if out is None:
+            out = list(facts.tokens(counter))
+            for g, ks in facts.groups.items():
+                out[self.first[g]] = sum(out[k] for k in ks)
+            self._sizes[counter.name] = out
+        return out
+
+
+def layered_facts(facts: PoolFacts, always_kept: frozenset[Source]) -> LayeredFacts:
+    """The layered facts of a pool version, kept with its :class:`PoolFacts`."""
+    key = ("layered", always_kept)
+    out = facts.derived.get(key)
+    if out is None:
+        out = facts.derived[key] = LayeredFacts(facts, always_kept)
+    assert type(out) is LayeredFacts
+    return out
+
+
+def select_ranked(
+    request: BuildRequest,
+    ranked: Ranked,
+    counter: TokenCounter,
+    *,
+    name: str,
+    keep_last: int,
+    always_kept: frozenset[Source],
+) -> PackResult | None:
+    """``LayeredStrategy.select`` over *ranked*, or ``None`` when it declines."""
+    facts = ranked.facts
+    scope = request.scope
+    if not facts.unique or scope.clip_above_tokens or scope_excluder(scope) is not None:
+        return None
+    stage = request.stage_id
+    if any(s != stage for _, s in facts.staged):
+        return None
+    lf = layered_facts(facts, always_kept)
+    limit = effective_budget(request)
+    acc = Accumulator(counter, name)
+    items, ids, ts, group, lv = facts.items, facts.ids, facts.ts, facts.group, facts.layer_value
+    forced, group_forced, first = lf.forced, lf.group_forced, lf.first
+    tok = facts.tokens(counter)
+    scores, tier = ranked.scores, facts.tier
+    gmap: dict[str, list[int]] = {}  # group -> its members, in ranked order
+
+    def cand(k: int) -> Candidate:
+        return Candidate(items[k], scores[k], tok[k], k, tier[k], ts[k], forced[k])
+
+    def unit(u: int) -> Unit:
+        g = group[u]
+        if not g:
+            return cand(u)
+        members = [cand(m) for m in gmap[g]]
+        grp = Group(g, members[0], group_forced[g])
+        grp.members = members
+        return grp
+
+    def key(u: int) -> tuple[object, ...]:  # ``layered._layer_key``
+        g = group[u]
+        return (lf.group_layer[g] if g else lv[u], ts[u], ids[u], u)
+
+    # Kept units (``kept_units``): the unforced units holding a kept id, by rank.
+    kept: list[int] = []
+    kept_k: set[int] = set()
+    kept_g: set[str] = set()
+    if request.keep_ids:
+        rank = {iid: r for r, iid in enumerate(request.keep_ids)}  # the last occurrence ranks
+        for iid in sorted(rank, key=rank.__getitem__):
+            at = facts.index.get(iid)
+            if at is None:
+                continue
+            g = group[at]
+            if g:
+                if not group_forced[g] and g not in kept_g:
+                    kept_g.add(g)
+                    kept.append(first[g])
+            elif not forced[at]:
+                kept_k.add(at)
+                kept.append(at)
+
+    # One pass over the ranked order: units in order of first appearance (``make_units``),
+    # each forced, kept or live; the live artifacts with versions by source_id.
+    forced_units: list[int] = []
+    live: list[int] = []
+    artifacts: dict[str, list[int]] = {}
+    artifact = lf.artifact
+    for k in ranked.order:
+        g = group[k]
+        if not g:
+            if forced[k]:
+                forced_units.append(k)
+            elif k not in kept_k:
+                live.append(k)
+                if artifact[k]:
+                    artifacts.setdefault(items[k].source_id, []).append(k)
+            continue
+        members = gmap.get(g)
+        if members is not None:
+            members.append(k)
+            continue
+        gmap[g] = [k]
+        if g in kept_g:
+            continue
+        if group_forced[g]:
+            forced_units.append(first[g])
+        else:
+            live.append(first[g])
+
+    # Per source (``LayeredStrategy._per_source``): the latest artifact per source_id, tool
+    # logs de-duplicated oldest first, the last conversation turns.
+    gone: set[int] = set()
+    superseded: list[int] = []
+    for versions in artifacts.values():
+        if len(versions) > 1:
+            newest = max(versions, key=lambda k: (ts[k], ids[k]))
+            superseded += (k for k in versions if k != newest)
+            acc.strategies.add("artifact:latest_per_source")
+    if superseded:
+        record_drops(
+            acc, facts, counter, gmap, dropped=superseded, why=[SUPERSEDED] * len(superseded)
+        )
+        gone.update(superseded)
+    logs = [k for k in lf.logs if k not in kept_k] if kept_k else lf.logs
+    seen: set[str] = set()
+    duplicates: list[int] = []
+    contents = facts.contents
+    for k in logs:
+        text = contents[k]
+        if text in seen:
+            duplicates.append(k)
+        else:
+            seen.add(text)
+    if duplicates:
+        record_drops(
+            acc, facts, counter, gmap, dropped=duplicates, why=[DUPLICATE] * len(duplicates)
+        )
+        acc.strategies.add("tool_log:dedupe")
+        gone.update(duplicates)
+    talk = [k for k in lf.talk if k not in kept_k] if kept_k else lf.talk
+    if len(talk) > keep_last:
+        old = talk[: len(talk) - keep_last]
+        record_drops(acc, facts, counter, gmap, dropped=old, why=[OUTSIDE_WINDOW] * len(old))
+        gone.update(old)
+        acc.strategies.add(f"conversation:keep_last_{keep_last}")
+
+    for u in forced_units:
+        acc.include_unit(unit(u), key(u))
+    for u in kept:
+        include_kept(unit(u), key(u), limit=limit, acc=acc, counter=counter)
+
+    # Eviction while over budget: per class oldest first, then anything left oldest first.
+    sizes = lf.sizes(facts, counter)
+    dead = gone.union(forced_units, kept)  # units that are not live
+    total = acc.used + sum(map(sizes.__getitem__, live)) - sum(map(sizes.__getitem__, gone))
+    evicted: list[int] = []
+    if total > limit:
+        for (layer, _), units in zip(_EVICTION_CLASSES, lf.evictable, strict=True):
+            if total <= limit:
+                break
+            before = len(evicted)
+            for u in units:
+                if total <= limit:
+                    break
+                if u not in dead:
+                    total -= sizes[u]
+                    evicted.append(u)
+            if len(evicted) > before:
+                acc.strategies.add(f"evict:{layer.name}")
+        if total > limit:
+            out = dead.union(evicted)
+            before = len(evicted)
+            for u in lf.by_age:
+                if total <= limit:
+                    break
+                if u not in out:
+                    total -= sizes[u]
+                    evicted.append(u)
+            if len(evicted) > before:
+                acc.strategies.add("evict:over_budget")
+        record_drops(acc, facts, counter, gmap, dropped=evicted, why=[OVER_BUDGET] * len(evicted))
+        dead.update(evicted)
+
+    # What is left, in ranked unit order.
+    chosen = acc.selected
+    decisions = acc.decisions
+    included = facts.included
+    used = acc.used
+    for u in live:
+        if u in dead:
+            continue
+        g = group[u]
+        if g:
+            acc.used = used
+            acc.include_unit(unit(u), key(u))
+            used = acc.used
+            continue
+        t = tok[u]
+        item = items[u]
+        if item.token_count != t:
+            item = msgspec.structs.replace(item, token_count=t)
+        chosen.append(((lv[u], ts[u], ids[u], u), u, item))
+        used += t
+        decisions[ids[u]] = included(u, t)
+    acc.used = used
+    return acc.result(limit)

@@ -1,0 +1,151 @@
+"""``layered`` over positions (``layered_ranked``) decides exactly what the specification does.
+
+``LayeredStrategy.select`` given a list of scored items is the specification; given the
+:class:`Ranked` that ``retrieve`` returns it runs ``layered_ranked.select_ranked`` on the
+pool's arrays and the facts it keeps per pool version. Both must record the same decisions
+in the same order and select the same items, byte for byte — for every request, with
+evictions per layer and class, the last-resort eviction, superseded artifacts, duplicate
+tool logs, the conversation window, kept and forced units.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import msgspec
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ctxledger.domain.model import Item, Layer, Source
+from ctxledger.domain.packing import PackResult
+from ctxledger.domain.request import BuildRequest, Scope
+from ctxledger.domain.retrieval import retrieve
+from ctxledger.domain.strategies.layered import ALWAYS_KEPT_SOURCES, LayeredStrategy
+from ctxledger.domain.strategies.layered_ranked import select_ranked
+from ctxledger.domain.tokens import EstimatingCounter
+from tests.property.strategies_items import NOW, build_requests, item_pools
+
+COUNTER = EstimatingCounter()
+STAGES = ("", "", "s1", "s2")
+
+
+def _encoded(res: PackResult) -> bytes:
+    return msgspec.json.encode(res)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[list[Item], BuildRequest, int]:
+    """A pool (steering notes scoped to stages, now and then a repeated id), a request with
+    kept ids (repeats and unknown ids too) and mostly no scope, and a conversation window."""
+    pool = draw(item_pools(max_size=60))
+    pool = [
+        msgspec.structs.replace(it, stage=draw(st.sampled_from(STAGES)))
+        if it.source is Source.STEERING_NOTE
+        else it
+        for it in pool
+    ]
+    if pool and draw(st.integers(0, 9)) == 0:
+        pool.append(msgspec.structs.replace(pool[-1], content="a repeated id"))
+    ids = [it.id for it in pool] + ["unknown"]
+    keep = draw(st.lists(st.sampled_from(ids), max_size=5)) if draw(st.booleans()) else []
+    request = draw(build_requests(strategy="layered"))
+    scope = request.scope if draw(st.integers(0, 4)) == 0 else Scope()
+    request = msgspec.structs.replace(
+        request,
+        keep_ids=tuple(keep),
+        stage_id=draw(st.sampled_from(STAGES)),
+        scope=scope,
+        budget=draw(st.one_of(st.integers(1, 400), st.integers(1, 4000))),
+    )
+    return pool, request, draw(st.integers(0, 6))
+
+
+def _covered(pool: list[Item], request: BuildRequest) -> bool:
+    """Whether the positional path covers the case (it declines the others)."""
+    ids = [it.id for it in pool]
+    other_stage = any(
+        it.source is Source.STEERING_NOTE and it.stage not in ("", request.stage_id) for it in pool
+    )
+    scope = request.scope
+    narrows = bool(scope.layers or scope.sources or scope.exclude_project_memory)
+    narrows = narrows or scope.dependency_task_ids is not None or scope.clip_above_tokens > 0
+    return len(set(ids)) == len(ids) and not other_stage and not narrows
+
+
+@given(cases())
+def test_layered_decides_the_same_over_positions(
+    case: tuple[list[Item], BuildRequest, int],
+) -> None:
+    pool, request, keep_last = case
+    strategy = LayeredStrategy(conversation_keep_last=keep_last)
+    ranked = retrieve(request, pool)
+    general = strategy.select(request, list(ranked), COUNTER)
+    fast = select_ranked(
+        request, ranked, COUNTER, name="layered", keep_last=keep_last,
+        always_kept=ALWAYS_KEPT_SOURCES,
+    )  # fmt: skip
+    if not _covered(pool, request):
+        assert fast is None  # declined: the specification decides
+        assert _encoded(strategy.select(request, ranked, COUNTER)) == _encoded(general)
+        return
+    assert fast is not None
+    assert _encoded(fast) == _encoded(general)
+    assert list(fast.decisions) == list(general.decisions)
+    # Again over the facts kept for this pool version (sizes, age orders, shared decisions).
+    again = strategy.select(request, retrieve(request, pool), COUNTER)
+    assert _encoded(again) == _encoded(general)
+    assert list(again.decisions) == list(general.decisions)
+
+
+def _item(n: int, layer: Layer, source: Source, **fields: object) -> Item:
+    return Item(
+        id=f"i{n:03d}", layer=layer, source=source, content=f"item {n} " + "x " * 40,
+        token_count=50, observed_at=NOW - timedelta(minutes=200 - n), **fields,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_every_eviction_and_per_source_rule_meets_the_specification() -> None:
+    """One pool that takes every branch: artifact versions, duplicate logs, the window,
+    groups of L2 and mixed layers, evictions per class and the last resort."""
+    pool: list[Item] = []
+    for n in range(6):
+        pool.append(_item(n, Layer.L0, Source.ARTIFACT, source_id=f"f{n % 2}"))
+    for n in range(6, 12):
+        pool.append(
+            msgspec.structs.replace(
+                _item(n, Layer.L2, Source.TOOL_LOG), content="same log" if n % 2 else f"log {n}"
+            )
+        )
+    for n in range(12, 20):
+        pool.append(_item(n, Layer.L0, Source.CONVERSATION))
+    for n in range(20, 26):
+        pool.append(_item(n, Layer.L2 if n < 23 else Layer.L1, Source.WORKER_FINDING,
+                          group=f"g{n % 3}"))  # fmt: skip
+    for n in range(26, 34):
+        pool.append(_item(n, Layer(n % 3), Source.REPOSITORY_SOURCE))
+    pool.append(_item(34, Layer.L1, Source.STEERING_NOTE))
+    pool.append(_item(35, Layer.L0, Source.TEST_RESULT, pinned=True))
+    pool.append(_item(36, Layer.L0, Source.TEST_RESULT, failure=True))
+    strategy = LayeredStrategy(conversation_keep_last=3)
+    applied: set[str] = set()
+    for budget in (200, 600, 1000, 1400, 5000):
+        request = BuildRequest(
+            agent_id="a", budget=budget, now=NOW, strategy="layered", keep_ids=("i036", "i021")
+        )
+        ranked = retrieve(request, pool)
+        fast = select_ranked(
+            request, ranked, COUNTER, name="layered", keep_last=3, always_kept=ALWAYS_KEPT_SOURCES
+        )
+        general = strategy.select(request, list(ranked), COUNTER)
+        assert fast is not None
+        assert _encoded(fast) == _encoded(general)
+        assert list(fast.decisions) == list(general.decisions)
+        applied.update(general.metadata.strategies_applied)
+    assert {
+        "artifact:latest_per_source",
+        "tool_log:dedupe",
+        "conversation:keep_last_3",
+        "evict:L2",
+        "evict:L1",
+        "evict:over_budget",
+    } <= applied
