@@ -16,6 +16,10 @@
 
 Grouped items are never compressed per source and are evicted only as a whole group (a
 group with a member in L0/L3/L4 is never evicted).
+
+Given the ``Ranked`` pool that ``retrieve`` returns, ``select`` takes the same steps on
+positions (``layered_ranked.select_ranked``, with facts kept per pool version); the path over
+a list of scored items below is the specification it is held equal to.
 """
 
 from __future__ import annotations
