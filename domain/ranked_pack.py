@@ -47,7 +47,7 @@ from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked, ScoredItem
 
-__all__ = ["pack", "pack_ranked", "record_drops"]
+__all__ = ["Units", "covers", "kept_units_at", "pack", "pack_ranked", "record_drops"]
 
 _L4 = Layer.L4
 
@@ -108,12 +108,8 @@ def pack_ranked(
 ) -> PackResult | None:
     """``packing.pack`` with the same arguments over *ranked*, or ``None`` when it declines."""
     facts = ranked.facts
-    scope = request.scope
-    if not facts.unique or scope.clip_above_tokens or scope_excluder(scope) is not None:
+    if not covers(request, facts):
         return None
-    stage = request.stage_id
-    if any(s != stage for _, s in facts.staged):
-        return None  # a steering note of another stage is dropped first: the general path
     scores = ranked.scores
     if math.isnan(sum(scores)):  # a NaN score: the ranked order is not (-score, id) order
         return None
@@ -126,43 +122,13 @@ def pack_ranked(
     tok = facts.tokens(counter)
     gmap: dict[str, list[int]] = {}  # group -> its members, in ranked order
 
-    def cand(k: int) -> Candidate:
-        return Candidate(items[k], scores[k], tok[k], k, tier[k], ts[k], forced[k])
-
-    def unit(k: int) -> Unit:
-        g = group[k]
-        if not g:
-            return cand(k)
-        members = gmap[g]
-        first = cand(members[0])
-        grp = Group(g, first, first.forced)
-        for v in members[1:]:
-            c = cand(v)
-            grp.members.append(c)
-            grp.forced = grp.forced or c.forced
-        return grp
+    made = Units(facts, scores, tok, forced=forced, group_forced=group_forced, gmap=gmap)
+    cand, unit = made.cand, made.unit
 
     def key(u: Unit) -> tuple[object, ...]:
         return u.chrono_key() if chronological else u.priority_key()
 
-    # Kept units (``kept_units``): the non-forced units holding a kept id, by rank.
-    kept_keys: list[int | str] = []  # an ungrouped item's pool position, or a group's name
-    kept_k: set[int] = set()
-    kept_g: set[str] = set()
-    if request.keep_ids:
-        rank = {iid: r for r, iid in enumerate(request.keep_ids)}  # the last occurrence ranks
-        for iid in sorted(rank, key=rank.__getitem__):
-            at = facts.index.get(iid)
-            if at is None:
-                continue
-            g = group[at]
-            if g:
-                if not group_forced[g] and g not in kept_g:
-                    kept_g.add(g)
-                    kept_keys.append(g)
-            elif not forced[at]:
-                kept_k.add(at)
-                kept_keys.append(at)
+    kept_keys, kept_k, kept_g = kept_units_at(facts, request.keep_ids, forced, group_forced)
 
     # Supersession (``supersede_latest``): the newest version per (source, source_id) among
     # the live ungrouped items and the forced ones. Unless an omission test must run item by
@@ -340,6 +306,86 @@ def pack_ranked(
         else:
             filler.place(cand(k))
     return acc.result(limit)
+
+
+class Units:
+    """``Candidate``/``Group`` objects for the few positions that need one (an omission
+    test, forced and kept units, compression attempts); *forced* and *group_forced* are the
+    packer's own (a strategy may force more), *gmap* a group's members in ranked order."""
+
+    __slots__ = ("_facts", "_forced", "_gmap", "_group_forced", "_scores", "_tokens")
+
+    def __init__(
+        self,
+        facts: PoolFacts,
+        scores: list[float],
+        tokens: list[int],
+        *,
+        forced: list[bool],
+        group_forced: dict[str, bool],
+        gmap: dict[str, list[int]],
+    ) -> None:
+        self._facts = facts
+        self._scores = scores
+        self._tokens = tokens
+        self._forced = forced
+        self._group_forced = group_forced
+        self._gmap = gmap
+
+    def cand(self, k: int) -> Candidate:
+        """Item *k* as a candidate (its index: its pool position)."""
+        f = self._facts
+        return Candidate(
+            f.items[k], self._scores[k], self._tokens[k], k, f.tier[k], f.ts[k], self._forced[k]
+        )
+
+    def unit(self, k: int) -> Unit:
+        """The unit at *k*: item *k*, or its whole group (members in ranked order)."""
+        g = self._facts.group[k]
+        if not g:
+            return self.cand(k)
+        members = [self.cand(m) for m in self._gmap[g]]
+        grp = Group(g, members[0], self._group_forced[g])
+        grp.members = members
+        return grp
+
+
+def covers(request: BuildRequest, facts: PoolFacts) -> bool:
+    """Whether a packer over positions covers *request* on this pool: it declines (the
+    general path decides) duplicate item ids, a scope that excludes or clips, and steering
+    notes of another stage than the request's (dropped before anything else)."""
+    scope = request.scope
+    if not facts.unique or scope.clip_above_tokens or scope_excluder(scope) is not None:
+        return False
+    stage = request.stage_id
+    return all(s == stage for _, s in facts.staged)
+
+
+def kept_units_at(
+    facts: PoolFacts, keep_ids: Sequence[str], forced: list[bool], group_forced: dict[str, bool]
+) -> tuple[list[int | str], set[int], set[str]]:
+    """``packing.kept_units`` on positions: the units holding a kept id and not *forced*
+    (per item, and per group in *group_forced*), most important first — each an ungrouped
+    item's position or a group's name — and the two kinds as sets."""
+    kept: list[int | str] = []
+    kept_k: set[int] = set()
+    kept_g: set[str] = set()
+    if keep_ids:
+        group = facts.group
+        rank = {iid: r for r, iid in enumerate(keep_ids)}  # the last occurrence ranks
+        for iid in sorted(rank, key=rank.__getitem__):
+            at = facts.index.get(iid)
+            if at is None:
+                continue
+            g = group[at]
+            if g:
+                if not group_forced[g] and g not in kept_g:
+                    kept_g.add(g)
+                    kept.append(g)
+            elif not forced[at]:
+                kept_k.add(at)
+                kept.append(at)
+    return kept, kept_k, kept_g
 
 
 def record_drops(

@@ -25,17 +25,13 @@ from ctxledger.domain.packing import (
     OVER_BUDGET,
     SUPERSEDED,
     Accumulator,
-    Candidate,
-    Group,
     PackResult,
-    Unit,
     effective_budget,
     include_kept,
-    scope_excluder,
 )
 from ctxledger.domain.pool_facts import PoolFacts
 from ctxledger.domain.ports import TokenCounter
-from ctxledger.domain.ranked_pack import record_drops
+from ctxledger.domain.ranked_pack import Units, covers, kept_units_at, record_drops
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked
 
@@ -146,11 +142,7 @@ def select_ranked(
 ) -> PackResult | None:
     """``LayeredStrategy.select`` over *ranked*, or ``None`` when it declines."""
     facts = ranked.facts
-    scope = request.scope
-    if not facts.unique or scope.clip_above_tokens or scope_excluder(scope) is not None:
-        return None
-    stage = request.stage_id
-    if any(s != stage for _, s in facts.staged):
+    if not covers(request, facts):
         return None
     lf = layered_facts(facts, always_kept)
     limit = effective_budget(request)
@@ -158,43 +150,19 @@ def select_ranked(
     items, ids, ts, group, lv = facts.items, facts.ids, facts.ts, facts.group, facts.layer_value
     forced, group_forced, first = lf.forced, lf.group_forced, lf.first
     tok = facts.tokens(counter)
-    scores, tier = ranked.scores, facts.tier
     gmap: dict[str, list[int]] = {}  # group -> its members, in ranked order
 
-    def cand(k: int) -> Candidate:
-        return Candidate(items[k], scores[k], tok[k], k, tier[k], ts[k], forced[k])
-
-    def unit(u: int) -> Unit:
-        g = group[u]
-        if not g:
-            return cand(u)
-        members = [cand(m) for m in gmap[g]]
-        grp = Group(g, members[0], group_forced[g])
-        grp.members = members
-        return grp
+    unit = Units(
+        facts, ranked.scores, tok, forced=forced, group_forced=group_forced, gmap=gmap
+    ).unit
 
     def key(u: int) -> tuple[object, ...]:  # ``layered._layer_key``
         g = group[u]
         return (lf.group_layer[g] if g else lv[u], ts[u], ids[u], u)
 
-    # Kept units (``kept_units``): the unforced units holding a kept id, by rank.
-    kept: list[int] = []
-    kept_k: set[int] = set()
-    kept_g: set[str] = set()
-    if request.keep_ids:
-        rank = {iid: r for r, iid in enumerate(request.keep_ids)}  # the last occurrence ranks
-        for iid in sorted(rank, key=rank.__getitem__):
-            at = facts.index.get(iid)
-            if at is None:
-                continue
-            g = group[at]
-            if g:
-                if not group_forced[g] and g not in kept_g:
-                    kept_g.add(g)
-                    kept.append(first[g])
-            elif not forced[at]:
-                kept_k.add(at)
-                kept.append(at)
+    # Kept units (``kept_units``): a kept group is its earliest member here.
+    refs, kept_k, kept_g = kept_units_at(facts, request.keep_ids, forced, group_forced)
+    kept = [first[r] if isinstance(r, str) else r for r in refs]
 
     # One pass over the ranked order: units in order of first appearance (``make_units``),
     # each forced, kept or live; the live artifacts with versions by source_id.

@@ -4,17 +4,28 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import msgspec
 from hypothesis import strategies as st
 
 from ctxledger.domain.model import Durability, Item, Layer, Source
 from ctxledger.domain.request import BuildRequest, Scope
 
-__all__ = ["NOW", "TASKS", "build_requests", "item_pools", "pool_items", "scopes"]
+__all__ = [
+    "NOW",
+    "STAGES",
+    "TASKS",
+    "build_requests",
+    "item_pools",
+    "pool_items",
+    "scopes",
+    "staged_pools",
+]
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 TASKS = ("t1", "t2", "t3", "")
 PHASES = ("", "explore", "implement", "verify")
 ROLES = ("", "primary", "worker", "probe", "reviewer")
+STAGES = ("", "", "s1", "s2")
 _WORDS = ("auth", "login", "token", "cache", "FAILED", "Error", "src/app.py", "fix", "x" * 30)
 
 _LOG_LINES = (
@@ -116,3 +127,22 @@ def build_requests(draw: st.DrawFn, *, strategy: str = "variable") -> BuildReque
         failures=tuple(draw(st.lists(st.sampled_from(["FAILED tests/x.py::t"]), max_size=1))),
         scope=draw(scopes()),
     )
+
+
+@st.composite
+def staged_pools(draw: st.DrawFn, *, max_size: int = 40) -> tuple[list[Item], tuple[str, ...], str]:
+    """``(pool, keep_ids, stage_id)``: a pool whose steering notes are scoped to stages, now
+    and then with a repeated id; ids to keep (repeats and unknown ids included, or none);
+    the stage being built."""
+    pool = draw(item_pools(max_size=max_size))
+    pool = [
+        msgspec.structs.replace(it, stage=draw(st.sampled_from(STAGES)))
+        if it.source is Source.STEERING_NOTE
+        else it
+        for it in pool
+    ]
+    if pool and draw(st.integers(0, 9)) == 0:
+        pool.append(msgspec.structs.replace(pool[-1], content="a repeated id"))
+    ids = [it.id for it in pool] + ["unknown"]
+    keep = draw(st.lists(st.sampled_from(ids), max_size=5)) if draw(st.booleans()) else []
+    return pool, tuple(keep), draw(st.sampled_from(STAGES))

@@ -23,10 +23,9 @@ from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.strategies.layered import ALWAYS_KEPT_SOURCES, LayeredStrategy
 from ctxledger.domain.strategies.layered_ranked import select_ranked
 from ctxledger.domain.tokens import EstimatingCounter
-from tests.property.strategies_items import NOW, build_requests, item_pools
+from tests.property.strategies_items import NOW, build_requests, staged_pools
 
 COUNTER = EstimatingCounter()
-STAGES = ("", "", "s1", "s2")
 
 
 def _encoded(res: PackResult) -> bytes:
@@ -37,23 +36,13 @@ def _encoded(res: PackResult) -> bytes:
 def cases(draw: st.DrawFn) -> tuple[list[Item], BuildRequest, int]:
     """A pool (steering notes scoped to stages, now and then a repeated id), a request with
     kept ids (repeats and unknown ids too) and mostly no scope, and a conversation window."""
-    pool = draw(item_pools(max_size=60))
-    pool = [
-        msgspec.structs.replace(it, stage=draw(st.sampled_from(STAGES)))
-        if it.source is Source.STEERING_NOTE
-        else it
-        for it in pool
-    ]
-    if pool and draw(st.integers(0, 9)) == 0:
-        pool.append(msgspec.structs.replace(pool[-1], content="a repeated id"))
-    ids = [it.id for it in pool] + ["unknown"]
-    keep = draw(st.lists(st.sampled_from(ids), max_size=5)) if draw(st.booleans()) else []
+    pool, keep, stage = draw(staged_pools(max_size=60))
     request = draw(build_requests(strategy="layered"))
     scope = request.scope if draw(st.integers(0, 4)) == 0 else Scope()
     request = msgspec.structs.replace(
         request,
-        keep_ids=tuple(keep),
-        stage_id=draw(st.sampled_from(STAGES)),
+        keep_ids=keep,
+        stage_id=stage,
         scope=scope,
         budget=draw(st.one_of(st.integers(1, 400), st.integers(1, 4000))),
     )

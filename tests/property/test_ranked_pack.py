@@ -25,10 +25,9 @@ from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import Ranked, retrieve
 from ctxledger.domain.strategies import STRATEGIES, get_strategy
 from ctxledger.domain.tokens import EstimatingCounter
-from tests.property.strategies_items import NOW, build_requests, item_pools
+from tests.property.strategies_items import NOW, build_requests, staged_pools
 
 COUNTER = EstimatingCounter()
-STAGES = ("", "", "s1", "s2")
 
 
 def _encoded(res: PackResult) -> bytes:
@@ -39,22 +38,9 @@ def _encoded(res: PackResult) -> bytes:
 def cases(draw: st.DrawFn) -> tuple[list[Item], BuildRequest]:
     """A pool (steering notes scoped to stages; now and then a repeated id) and a request
     keeping some of its ids (repeats and unknown ids included) for some stage."""
-    pool = draw(item_pools(max_size=40))
-    pool = [
-        msgspec.structs.replace(it, stage=draw(st.sampled_from(STAGES)))
-        if it.source is Source.STEERING_NOTE
-        else it
-        for it in pool
-    ]
-    if pool and draw(st.integers(0, 9)) == 0:
-        pool.append(msgspec.structs.replace(pool[-1], content="a repeated id"))
-    ids = [it.id for it in pool] + ["unknown"]
-    keep = draw(st.lists(st.sampled_from(ids), max_size=5)) if draw(st.booleans()) else []
+    pool, keep, stage = draw(staged_pools())
     request = draw(build_requests())
-    request = msgspec.structs.replace(
-        request, keep_ids=tuple(keep), stage_id=draw(st.sampled_from(STAGES))
-    )
-    return pool, request
+    return pool, msgspec.structs.replace(request, keep_ids=keep, stage_id=stage)
 
 
 @given(cases(), st.sampled_from(sorted(STRATEGIES)))
