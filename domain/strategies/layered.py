@@ -15,7 +15,7 @@
    content, clipped to the room left when they do not fit whole.
 
 Grouped items are never compressed per source and are evicted only as a whole group (a
-group with a member in L0/L3/L4 is never evicted).
+group with a member in L0/L3/L4 belongs to no eviction class: it goes only as a last resort).
 
 Given the ``Ranked`` pool that ``retrieve`` returns, ``select`` takes the same steps on
 positions (``layered_ranked.select_ranked``, with facts kept per pool version); the path over
