@@ -109,7 +109,7 @@ class LayeredStrategy:
         if type(candidates) is Ranked:
             done = select_ranked(
                 request, candidates, counter, name=self.name, keep_last=self._keep_last,
-                always_kept=ALWAYS_KEPT_SOURCES,
+                always_kept=ALWAYS_KEPT_SOURCES, evictable=EVICTABLE,
             )  # fmt: skip
             if done is not None:
                 return done

@@ -37,11 +37,6 @@ from ctxledger.domain.retrieval import Ranked
 
 __all__ = ["LayeredFacts", "layered_facts", "select_ranked"]
 
-_EVICTION_CLASSES = ((Layer.L2, True), (Layer.L2, False), (Layer.L1, True), (Layer.L1, False))
-"""Eviction order: L2 tool logs, other L2, L1 tool logs, other L1 (the order of
-``layered.EVICTABLE``, tool logs first within a layer)."""
-_EVICTABLE_VALUES = frozenset(int(layer) for layer, _ in _EVICTION_CLASSES)
-
 
 class LayeredFacts:
     """The layered strategy's request-independent facts of one pool version.
@@ -50,7 +45,8 @@ class LayeredFacts:
     history); ``group_forced``/``group_layer``/``first``: per group, whether a member is
     forced, the members' smallest layer, the earliest member (the group's unit);
     ``by_age``: every unit, oldest first; ``evictable``: per eviction class, its units oldest
-    first; ``logs``/``talk``: the ungrouped unforced tool logs / conversation turns oldest
+    first (each evictable layer in *evictable*'s order, its tool logs first, then the rest);
+    ``logs``/``talk``: the ungrouped unforced tool logs / conversation turns oldest
     first; ``artifact[k]``: item *k* is an ungrouped unforced artifact whose ``source_id``
     has several versions in the pool."""
 
@@ -67,7 +63,9 @@ class LayeredFacts:
         "talk",
     )
 
-    def __init__(self, facts: PoolFacts, always_kept: frozenset[Source]) -> None:
+    def __init__(
+        self, facts: PoolFacts, always_kept: frozenset[Source], evictable: tuple[Layer, ...]
+    ) -> None:
         items, group, lv = facts.items, facts.group, facts.layer_value
         sources = [it.source for it in items]
         forced = [f or s in always_kept for f, s in zip(facts.forced, sources, strict=True)]
@@ -88,17 +86,20 @@ class LayeredFacts:
         self.by_age = by_age
         tool_log = Source.TOOL_LOG
 
+        values = frozenset(int(layer) for layer in evictable)
+
         def eviction_class(u: int) -> tuple[int, bool] | None:
             g = group[u]
             ks = groups[g] if g else (u,)
-            if not all(lv[k] in _EVICTABLE_VALUES for k in ks):
+            if not all(lv[k] in values for k in ks):
                 return None
             return (min(lv[k] for k in ks), all(sources[k] is tool_log for k in ks))
 
         classes = [eviction_class(u) for u in by_age]
         self.evictable = [
             [u for u, c in zip(by_age, classes, strict=True) if c == (int(layer), is_log)]
-            for layer, is_log in _EVICTION_CLASSES
+            for layer in evictable
+            for is_log in (True, False)
         ]
         loose = [not g and not f for g, f in zip(group, forced, strict=True)]
         self.logs = [k for k in by_age if loose[k] and sources[k] is tool_log]
@@ -121,12 +122,14 @@ class LayeredFacts:
         return out
 
 
-def layered_facts(facts: PoolFacts, always_kept: frozenset[Source]) -> LayeredFacts:
+def layered_facts(
+    facts: PoolFacts, always_kept: frozenset[Source], evictable: tuple[Layer, ...]
+) -> LayeredFacts:
     """The layered facts of a pool version, kept with its :class:`PoolFacts`."""
-    key = ("layered", always_kept)
+    key = ("layered", always_kept, evictable)
     out = facts.derived.get(key)
     if out is None:
-        out = facts.derived[key] = LayeredFacts(facts, always_kept)
+        out = facts.derived[key] = LayeredFacts(facts, always_kept, evictable)
     assert type(out) is LayeredFacts
     return out
 
@@ -139,12 +142,14 @@ def select_ranked(
     name: str,
     keep_last: int,
     always_kept: frozenset[Source],
+    evictable: tuple[Layer, ...],
 ) -> PackResult | None:
-    """``LayeredStrategy.select`` over *ranked*, or ``None`` when it declines."""
+    """``LayeredStrategy.select`` over *ranked*, or ``None`` when it declines (the
+    strategy's window, always-kept sources and eviction order are its arguments)."""
     facts = ranked.facts
     if not covers(request, facts):
         return None
-    lf = layered_facts(facts, always_kept)
+    lf = layered_facts(facts, always_kept, evictable)
     limit = effective_budget(request)
     acc = Accumulator(counter, name)
     items, ids, ts, group, lv = facts.items, facts.ids, facts.ts, facts.group, facts.layer_value
@@ -240,7 +245,8 @@ def select_ranked(
     total = acc.used + sum(map(sizes.__getitem__, live)) - sum(map(sizes.__getitem__, gone))
     evicted: list[int] = []
     if total > limit:
-        for (layer, _), units in zip(_EVICTION_CLASSES, lf.evictable, strict=True):
+        classes = [layer for layer in evictable for _ in (True, False)]
+        for layer, units in zip(classes, lf.evictable, strict=True):
             if total <= limit:
                 break
             before = len(evicted)

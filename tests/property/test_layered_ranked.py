@@ -20,7 +20,7 @@ from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import PackResult
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import retrieve
-from ctxledger.domain.strategies.layered import ALWAYS_KEPT_SOURCES, LayeredStrategy
+from ctxledger.domain.strategies.layered import ALWAYS_KEPT_SOURCES, EVICTABLE, LayeredStrategy
 from ctxledger.domain.strategies.layered_ranked import select_ranked
 from ctxledger.domain.tokens import EstimatingCounter
 from tests.property.strategies_items import NOW, build_requests, staged_pools
@@ -71,7 +71,7 @@ def test_layered_decides_the_same_over_positions(
     general = strategy.select(request, list(ranked), COUNTER)
     fast = select_ranked(
         request, ranked, COUNTER, name="layered", keep_last=keep_last,
-        always_kept=ALWAYS_KEPT_SOURCES,
+        always_kept=ALWAYS_KEPT_SOURCES, evictable=EVICTABLE,
     )  # fmt: skip
     if not _covered(pool, request):
         assert fast is None  # declined: the specification decides
@@ -123,7 +123,13 @@ def test_every_eviction_and_per_source_rule_meets_the_specification() -> None:
         )
         ranked = retrieve(request, pool)
         fast = select_ranked(
-            request, ranked, COUNTER, name="layered", keep_last=3, always_kept=ALWAYS_KEPT_SOURCES
+            request,
+            ranked,
+            COUNTER,
+            name="layered",
+            keep_last=3,
+            always_kept=ALWAYS_KEPT_SOURCES,
+            evictable=EVICTABLE,
         )
         general = strategy.select(request, list(ranked), COUNTER)
         assert fast is not None
