@@ -127,17 +127,20 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                 a.registered = True
             case ItemRecorded(agent_id=aid, item=item) | SteeringNoteAdded(agent_id=aid, item=item):
                 a = agent(pos, aid)
+                # The pool keeps an item's first recording (observing it again changes none
+                # of its flags), so only the first recording of an id says what is forced.
+                first = item.id not in a.recorded
                 a.recorded.add(item.id)
                 steering = type(event) is SteeringNoteAdded or item.source == Source.STEERING_NOTE
-                if item.pinned or item.mandatory or steering:
+                if first and (item.pinned or item.mandatory or steering):
                     a.pinned.add(item.id)
-                if item.mandatory or steering:
+                if first and (item.mandatory or steering):
                     a.mandatory.add(item.id)
-                if steering and item.stage:
+                if first and steering and item.stage:
                     a.note_stages[item.id] = item.stage
-                if item.source == Source.EVENT_HISTORY:
+                if first and item.source == Source.EVENT_HISTORY:
                     a.event_history.add(item.id)
-                if item.group:
+                if first and item.group:
                     a.groups[item.id] = item.group
                 if item.source == Source.VERIFIED_FACT and not item.verified:
                     out.append(

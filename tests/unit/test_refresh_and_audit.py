@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
+import msgspec
 import pytest
 
 from ctxledger.adapters.clock import SteppingClock
@@ -329,3 +331,42 @@ def test_a_build_that_raises_records_its_lifecycle(
     e.build("a")  # the engine recovers on the next build
     assert e.runner.models.context_state.by_agent["a"].built_pack_ids
     assert audit([(r.position, r.event) for r in e.ledger.read_all()]) == []
+
+
+def test_audit_reads_an_items_flags_from_its_first_recording_as_the_pool_does(
+    tmp_path: Path,
+) -> None:
+    """Observing an item again does not pin it (the pool keeps its first recording), so the
+    audit does not call a later pack that keeps it dropped ``pinned_dropped``; a pinned first
+    recording dropped is still one (the shape a random sweep of bad values found)."""
+    e = ContextEngine(
+        open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"),
+        clock=SteppingClock(),
+        settings=EngineSettings(session_id="s"),
+    )
+    e.register_agent(AgentIdentity(agent_id="a", role="worker", budget=4000))
+    e.record("a", "a first observation")
+    e.build("a")
+    e.record("a", "observed " * 40)
+    e.build("a", budget=22)  # a rebuild: the new item is dropped over budget
+    e.record("a", "observed " * 40, pinned=True)  # observed again, pinned: the pool keeps it
+    e.record("a", "something else")
+    e.build("a", budget=100_000)  # an append: the first item's decision stays as it was
+    records = [(r.position, r.event) for r in e.ledger.read_all()]
+    dropped = [
+        d
+        for _, event in records
+        if isinstance(event, ev.ContextPackBuilt)
+        for d in event.decisions
+        if d.action == "dropped"
+    ]
+    assert dropped  # the case holds a drop of the item observed again
+    assert audit(records) == []
+    pinned_first = [
+        (p, msgspec.structs.replace(event, item=msgspec.structs.replace(event.item, pinned=True)))
+        if isinstance(event, ev.ItemRecorded) and event.item.id == dropped[0].item_id
+        else (p, event)
+        for p, event in records
+    ]
+    assert "pinned_dropped" in {v.rule for v in audit(pinned_first)}
+    e.close()
