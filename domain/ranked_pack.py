@@ -18,6 +18,7 @@ not a number."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Hashable, Sequence
 
@@ -25,6 +26,7 @@ import msgspec
 
 from ctxledger.domain.model import Decision, Layer, Source
 from ctxledger.domain.packing import (
+    _COMPRESS_MIN_ROOM,
     DUPLICATE,
     EXCLUDED_BY_SCOPE,
     RAW_HISTORY,
@@ -261,15 +263,46 @@ def pack_ranked(
     chosen = acc.selected
     over = facts.over_budget(counter)
     included = facts.included
+
+    def include(k: int, t: int) -> None:  # acc.include(cand(k), key(…)), from the arrays
+        item = items[k]
+        packed.add(contents[k])
+        if item.token_count != t:
+            item = msgspec.structs.replace(item, token_count=t)
+        iid = ids[k]
+        chosen.append(
+            ((ts[k], iid, k) if chronological else (tier[k], -scores[k], iid, k), k, item)
+        )
+        acc.used += t
+        decisions[iid] = included(k, t)
+
+    # Once the room left is too small to compress into, a unit is included if it fits and
+    # dropped otherwise: without duplicates to find or a first miss to stop at, the rest of
+    # the order goes in one step (``_fill_small_room``).
+    small_room = not dedupe and not stop_at_first_miss
     for at, k in enumerate(ordered):
-        if filler.stopped or acc.used >= limit:
+        remaining = limit - acc.used
+        if filler.stopped or remaining <= 0:
             _drop_tail(ordered, at, acc, facts, gmap=gmap, over=over, dedupe=dedupe)
+            break
+        if small_room and remaining < _COMPRESS_MIN_ROOM:
+            _fill_small_room(
+                ordered,
+                at,
+                acc,
+                facts,
+                limit,
+                gmap=gmap,
+                over=over,
+                tokens=tok,
+                include=include,
+                place=lambda k: filler.place(unit(k)),
+            )
             break
         g = group[k]
         if g:
             members = gmap[g]
             total = sum(map(tok.__getitem__, members))
-            remaining = limit - acc.used
             if total <= remaining or filler.may_compress(total, remaining):
                 filler.place(unit(k))
                 continue
@@ -285,19 +318,9 @@ def pack_ranked(
             acc.strategies.add("dedupe")
             continue
         t = tok[k]
-        remaining = limit - acc.used
-        if remaining > 0 and t <= remaining:  # acc.include(cand(k), key(…)), inline
-            item = items[k]
-            packed.add(contents[k])
-            if item.token_count != t:
-                item = msgspec.structs.replace(item, token_count=t)
-            iid = ids[k]
-            chosen.append(
-                ((ts[k], iid, k) if chronological else (tier[k], -scores[k], iid, k), k, item)
-            )
-            acc.used += t
-            decisions[iid] = included(k, t)
-        elif remaining <= 0 or not filler.may_compress(t, remaining):
+        if t <= remaining:
+            include(k, t)
+        elif not filler.may_compress(t, remaining):
             decisions[ids[k]] = over[k]  # acc.drop_id(…, OVER_BUDGET), from the array
             acc.dropped += 1
             acc.truncated.add(lv[k])
@@ -400,26 +423,33 @@ def record_drops(
     """``acc.drop_id`` for each member of each unit in *dropped* with its reason in *why*,
     in order, with the decisions shared per pool version and reason."""
     ids, lv, group, tok = facts.ids, facts.layer_value, facts.group, facts.tokens(counter)
-    decisions = acc.decisions
-    layers: set[int] = set()
-    count = 0
-    made_for: dict[str, list[Decision | None]] = {}
-    for k, reason in zip(dropped, why, strict=True):
-        made = made_for.get(reason)
-        if made is None:
-            made = made_for[reason] = facts.dropped_as(reason, counter)
-        truncates = reason != EXCLUDED_BY_SCOPE  # (a strategy's own reason could say so)
-        g = group[k]
-        for m in gmap[g] if g else (k,):
-            d = made[m]
-            if d is None:
-                d = made[m] = _dropped(ids[m], reason, tok[m])
-            decisions[ids[m]] = d
-            if truncates:
-                layers.add(lv[m])
-            count += 1
-    acc.dropped += count
-    acc.truncated.update(layers)
+    flat, reasons = dropped, why
+    if any(map(group.__getitem__, dropped)):  # a group's members, each with its reason
+        flat, reasons = [], []
+        for k, reason in zip(dropped, why, strict=True):
+            g = group[k]
+            if g:
+                members = gmap[g]
+                flat += members
+                reasons += [reason] * len(members)
+            else:
+                flat.append(k)
+                reasons.append(reason)
+    made_for = {reason: facts.dropped_as(reason, counter) for reason in set(reasons)}
+    made = [made_for[r][m] for r, m in zip(reasons, flat, strict=True)]
+    if None in made:
+        for i, (r, m) in enumerate(zip(reasons, flat, strict=True)):
+            if made[i] is None:
+                made[i] = made_for[r][m] = _dropped(ids[m], r, tok[m])
+    # (no None left in *made*)
+    acc.decisions.update(zip(map(ids.__getitem__, flat), made, strict=True))  # type: ignore[arg-type]
+    acc.dropped += len(flat)
+    if EXCLUDED_BY_SCOPE in made_for:  # (a strategy's own reason could say so)
+        acc.truncated.update(
+            lv[m] for r, m in zip(reasons, flat, strict=True) if r != EXCLUDED_BY_SCOPE
+        )
+    else:
+        acc.truncated.update(map(lv.__getitem__, flat))
 
 
 def _superseded(
@@ -498,6 +528,53 @@ def _chronological(live: list[int], facts: PoolFacts, gmap: dict[str, list[int]]
     return out
 
 
+def _fill_small_room(
+    ordered: list[int],
+    start: int,
+    acc: Accumulator,
+    facts: PoolFacts,
+    limit: int,
+    *,
+    gmap: dict[str, list[int]],
+    over: list[Decision],
+    tokens: list[int],
+    include: Callable[[int, int], None],
+    place: Callable[[int], None],
+) -> None:
+    """The fill from *start* on when the room left is below what compression needs (and
+    the packer neither de-duplicates nor stops at a first miss): each unit is included if
+    it fits the room then left, else dropped ``over_budget``. Every member's decision is
+    written ``over_budget`` first, in order; the few units whose first member alone fits
+    the room at *start* (a group's total is no less) are then tried in order, an inclusion
+    overwriting its decisions in place — the same decisions in the same order."""
+    lv, group, ids = facts.layer_value, facts.group, facts.ids
+    tail = ordered[start:]
+    flat = _members(tail, group, gmap)
+    acc.decisions.update(zip(map(ids.__getitem__, flat), map(over.__getitem__, flat), strict=True))
+    room = limit - acc.used
+    taken: list[int] = []  # the members included
+    for k in itertools.compress(tail, map(room.__ge__, map(tokens.__getitem__, tail))):
+        remaining = limit - acc.used
+        if remaining <= 0:
+            break
+        g = group[k]
+        if g:
+            members = gmap[g]
+            if sum(map(tokens.__getitem__, members)) <= remaining:
+                place(k)
+                taken += members
+        elif tokens[k] <= remaining:
+            include(k, tokens[k])
+            taken.append(k)
+    acc.dropped += len(flat) - len(taken)
+    layers = list(map(lv.__getitem__, flat))
+    if taken:
+        kept = list(map(lv.__getitem__, taken))
+        acc.truncated.update(v for v in set(layers) if layers.count(v) > kept.count(v))
+    else:
+        acc.truncated.update(layers)
+
+
 def _drop_tail(
     ordered: list[int],
     start: int,
@@ -511,9 +588,15 @@ def _drop_tail(
     """``packing._drop_tail`` over pool positions: a duplicate of packed text is
     ``duplicate``, every other member ``over_budget``."""
     ids, lv, contents, group = facts.ids, facts.layer_value, facts.contents, facts.group
-    packed = acc.contents
     decisions = acc.decisions
     tail = ordered[start:]
+    if not dedupe:
+        flat = _members(tail, group, gmap)
+        decisions.update(zip(map(ids.__getitem__, flat), map(over.__getitem__, flat), strict=True))
+        acc.dropped += len(flat)
+        acc.truncated.update(map(lv.__getitem__, flat))
+        return
+    packed = acc.contents
     members: list[int] = []  # of the groups in the tail
     dropped = len(tail)
     for k in tail:
@@ -532,3 +615,18 @@ def _drop_tail(
             decisions[ids[k]] = over[k]
     acc.dropped += dropped
     acc.truncated.update(map(lv.__getitem__, tail), map(lv.__getitem__, members))
+
+
+def _members(units: list[int], group: list[str], gmap: dict[str, list[int]]) -> list[int]:
+    """The members of *units* in order: an ungrouped item's position, a group's members
+    in ranked order (*units* itself when no unit is a group)."""
+    if not any(map(group.__getitem__, units)):
+        return units
+    flat: list[int] = []
+    for k in units:
+        g = group[k]
+        if g:
+            flat += gmap[g]
+        else:
+            flat.append(k)
+    return flat

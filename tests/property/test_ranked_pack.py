@@ -8,12 +8,17 @@ items, byte for byte, for every option a strategy passes and every request.
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from ctxledger.domain import ranked_pack
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import (
+    EXCLUDED_BY_SCOPE,
     OMITTED_BY_STRATEGY,
     OTHER_PHASE,
     Candidate,
@@ -61,34 +66,31 @@ def _omit_l3(c: Candidate) -> str | None:
     return OMITTED_BY_STRATEGY if c.item.layer is Layer.L3 else None
 
 
+def _omit_as_scope(c: Candidate) -> str | None:
+    """A strategy's reason may be the scope's, which truncates no layer."""
+    return EXCLUDED_BY_SCOPE if c.item.layer is Layer.L0 else _omit_l3(c)
+
+
 def _omit_two_reasons(c: Candidate) -> str | None:
     """Members of one group may give different reasons: the first in ranked order counts."""
     layer = c.item.layer
     return OMITTED_BY_STRATEGY if layer is Layer.L3 else OTHER_PHASE if layer is Layer.L2 else None
 
 
-@given(
-    cases(),
-    st.fixed_dictionaries(
-        {
-            "budget": st.one_of(st.none(), st.integers(0, 2000)),
-            "omit": st.sampled_from([None, _omit_l3, _omit_two_reasons]),
-            "omit_key": st.sampled_from([None, "key"]),  # verdicts memoised per pool version
-            "chronological": st.booleans(),
-            "supersede": st.sampled_from(
-                [frozenset(), frozenset({Source.ARTIFACT}), frozenset(Source)]
-            ),
-            "dedupe": st.booleans(),
-            "compress": st.booleans(),
-            "stop_at_first_miss": st.booleans(),
-            "raw_history": st.booleans(),
-        }
-    ),
-)
-def test_every_packing_option_decides_the_same_over_positions(
-    case: tuple[list[Item], BuildRequest], options: dict[str, object]
-) -> None:
-    pool, request = case
+_OPTIONS = {
+    "budget": st.one_of(st.none(), st.integers(0, 2000)),
+    "omit": st.sampled_from([None, _omit_l3, _omit_two_reasons, _omit_as_scope]),
+    "omit_key": st.sampled_from([None, "key"]),  # verdicts memoised per pool version
+    "chronological": st.booleans(),
+    "supersede": st.sampled_from([frozenset(), frozenset({Source.ARTIFACT}), frozenset(Source)]),
+    "dedupe": st.booleans(),
+    "compress": st.booleans(),
+    "stop_at_first_miss": st.booleans(),
+    "raw_history": st.booleans(),
+}
+
+
+def _decides_the_same(pool: list[Item], request: BuildRequest, options: dict[str, object]) -> None:
     request = msgspec.structs.replace(request, scope=Scope())
     ranked = retrieve(request, pool)
     assert type(ranked) is Ranked
@@ -107,6 +109,113 @@ def test_every_packing_option_decides_the_same_over_positions(
     assert again is not None
     assert _encoded(fast) == _encoded(general) == _encoded(again)
     assert list(fast.decisions) == list(general.decisions)
+
+
+@given(cases(), st.fixed_dictionaries(_OPTIONS))
+def test_every_packing_option_decides_the_same_over_positions(
+    case: tuple[list[Item], BuildRequest], options: dict[str, object]
+) -> None:
+    pool, request = case
+    _decides_the_same(pool, request, options)
+
+
+@st.composite
+def small_room_cases(draw: st.DrawFn) -> tuple[list[Item], BuildRequest]:
+    """Small distinct texts (0-48 tokens; empty ones count 0) among the usual ones (long
+    logs that compress, repeated texts) and small budgets: the fill reaches a room below
+    what compression needs with units left that may still fit."""
+    pool, request = draw(cases())
+    pool = [
+        it if n is None else msgspec.structs.replace(it, content="" if n < 0 else f"{it.id} " + "w" * n)
+        for it, n in zip(pool, draw(st.lists(st.one_of(st.integers(-3, 190), st.none()),
+                                             min_size=len(pool), max_size=len(pool))), strict=True)
+    ]  # fmt: skip
+    return pool, request
+
+
+@given(
+    small_room_cases(),
+    st.fixed_dictionaries({**_OPTIONS, "budget": st.one_of(st.none(), st.integers(0, 300))}),
+)
+def test_small_rooms_decide_the_same_over_positions(
+    case: tuple[list[Item], BuildRequest], options: dict[str, object]
+) -> None:
+    pool, request = case
+    _decides_the_same(pool, request, options)
+
+
+def _tool_logs(sizes: dict[str, tuple[int | str, int]], budget: int) -> tuple[BuildRequest, Ranked]:
+    """A ranked pool of tool logs of the given ``{id: (tokens or text, layer)}`` in that
+    order (ids starting ``g-`` form a group); a one-line text of that many tokens."""
+    pool = [
+        Item(
+            id=iid, layer=Layer(layer), source=Source.TOOL_LOG,
+            group="g" if iid[:2] == "g-" else "",
+            content=n if isinstance(n, str) else (iid + "." * (4 * n))[: 4 * n],
+            relevance=1.0 - k / 20,
+        )
+        for k, (iid, (n, layer)) in enumerate(sizes.items())
+    ]  # fmt: skip
+    request = BuildRequest(agent_id="a", budget=budget, now=NOW)
+    ranked = retrieve(request, pool)
+    assert [s.item.id for s in ranked] == list(sizes)
+    return request, ranked
+
+
+_PLAIN: dict[str, object] = {
+    "budget": None, "omit": None, "chronological": False, "supersede": frozenset(),
+    "dedupe": False, "compress": True, "stop_at_first_miss": False, "raw_history": False,
+}  # fmt: skip
+
+
+def _both(request: BuildRequest, ranked: Ranked) -> PackResult:
+    """``pack_ranked`` with ``_PLAIN`` options, checked against the general packer."""
+    fast = pack_ranked(request, ranked, COUNTER, strategy_name="s", omit_key=None, **_PLAIN)  # type: ignore[arg-type]
+    general = pack(request, list(ranked), COUNTER, strategy_name="s", **_PLAIN)  # type: ignore[arg-type]
+    assert fast is not None
+    assert _encoded(fast) == _encoded(general)
+    return fast
+
+
+def test_a_small_room_is_filled_with_what_still_fits_in_ranked_order() -> None:
+    """Past a room too small to compress into, later units that fit are still taken (an
+    empty text too, until the room is gone), a group only whole, and every other member is
+    dropped ``over_budget`` in order (``ranked_pack._fill_small_room``)."""
+    sizes: dict[str, tuple[int | str, int]] = {"big": (390, 1), "wide": (200, 2), "g-a": (4, 2), "g-b": (3, 2), "small": (8, 1),
+             "tiny": (2, 0), "mid": (30, 2), "last": (1, 0), "none": (0, 1)}  # fmt: skip
+    request, ranked = _tool_logs(sizes, 400)
+    with patch.object(ranked_pack, "_fill_small_room", wraps=ranked_pack._fill_small_room) as spy:
+        fast = _both(request, ranked)
+    assert spy.call_count == 1  # room 10 after "big": below the 16 compression needs
+    assert list(fast.decisions) == list(sizes)
+    taken = [iid for iid, d in fast.decisions.items() if d.action == "included"]
+    assert taken == ["big", "g-a", "g-b", "tiny", "last"]  # 390 + 7 + 2 + 1: no room for "none"
+    assert fast.used == 400
+    dropped = [d.reason for iid, d in fast.decisions.items() if iid not in taken]
+    assert dropped == ["over_budget"] * 4
+    assert fast.metadata.layers_truncated == (Layer.L1, Layer.L2)  # not L0: all taken
+
+
+@pytest.mark.parametrize(
+    ("sizes", "taken", "truncated"),
+    [
+        # a unit exactly the room left after "big" is taken
+        ({"big": (390, 1), "wide": (200, 1), "exact": (10, 2)}, ["big", "exact"], (Layer.L1,)),
+        # the budget full: the tail at once, every member of a group counted for its layer
+        ({"big": (400, 2), "g-a": (5, 2), "g-b": (5, 0), "more": (3, 2)}, ["big"],
+         (Layer.L0, Layer.L2)),
+        # a room of 30 still takes a log compressed from 75 tokens to 27 (its layer truncated)
+        ({"big": (370, 1), "log": ("k\n" * 150, 2)}, ["big"], (Layer.L2,)),
+    ],
+)  # fmt: skip
+def test_the_rest_of_the_order_is_decided_at_once(
+    sizes: dict[str, tuple[int | str, int]], taken: list[str], truncated: tuple[Layer, ...]
+) -> None:
+    fast = _both(*_tool_logs(sizes, 400))
+    assert [iid for iid, d in fast.decisions.items() if d.action == "included"] == taken
+    compressed = [iid for iid, d in fast.decisions.items() if d.action == "compressed"]
+    assert compressed == [iid for iid in sizes if iid == "log"]
+    assert fast.metadata.layers_truncated == truncated
 
 
 def test_a_large_pool_takes_the_ranked_path_and_matches() -> None:
