@@ -26,7 +26,7 @@ _STEERING_NOTE = Source.STEERING_NOTE
 _MAX_VERSIONS = 2  # pool versions kept (the one being built, the one before)
 Parts = tuple[list[float], list[float], list[float] | None, list[float]]
 """Retrieval's time-independent score parts of a query: base, time, role, phase."""
-Omissions = tuple[list[str | None], list[bool], dict[str, bool]]
+Omissions = tuple[list[str | None], list[bool], dict[str, bool], list[str | None]]
 """A keyed omission test's verdicts, the packable items less the omitted, and per group
 whether a member is omitted."""
 
@@ -177,9 +177,12 @@ class PoolFacts:
         raw: bool,
     ) -> Omissions:
         """A keyed omission test's verdicts (reason or None per item), the packable items
-        less the omitted (with *raw*, raw history is not packable), and per group whether a
-        member is omitted — memoised per *key* (the test's name and parameters), counter and
-        *raw*."""
+        less the omitted (with *raw*, raw history is not packable), per group whether a
+        member is omitted, and the reason each ungrouped unforced item is dropped before
+        packing (raw history first, with *raw*; else its verdict) — memoised per *key* (the
+        test's name and parameters), counter and *raw*."""
+        from ctxledger.domain.packing import RAW_HISTORY
+
         key = (key, counter.name, raw)
         out = self._omissions.get(key)
         if out is None:
@@ -189,6 +192,12 @@ class PoolFacts:
                 verdicts,
                 [p and v is None for p, v in zip(plain, verdicts, strict=True)],
                 {g: any(verdicts[k] for k in ks) for g, ks in self.groups.items()},
+                [
+                    None if g or f else RAW_HISTORY if raw and layer is Layer.L4 else v
+                    for g, f, layer, v in zip(
+                        self.group, self.forced, self.layer, verdicts, strict=True
+                    )
+                ],
             )
             remember(self._omissions, key, out, 8)
         return out

@@ -140,9 +140,10 @@ def pack_ranked(
     plain = facts.plain if raw else facts.plain_with_raw  # ungrouped, not forced, packable
     # An omission test with a key: its verdicts per pool version (packable: none omitted).
     verdicts: list[str | None] | None = None
+    before: list[str | None] | None = None  # each ungrouped unforced item's reason, if any
     group_omitted: dict[str, bool] = {}
     if omit is not None and omit_key is not None:
-        verdicts, plain, group_omitted = facts.omissions(
+        verdicts, plain, group_omitted, before = facts.omissions(
             omit_key, omit, cand, counter=counter, raw=raw
         )
     waiting = omit is not None and verdicts is None  # groups tested once their members are known
@@ -175,6 +176,10 @@ def pack_ranked(
                     put[tier[k]](k)
                 elif k in gone:
                     superseded.append(k)
+            elif before is not None and (reason := before[k]):
+                if k not in kept_k:  # dropped before packing (``out`` is read only when
+                    dropped.append(k)  # an omission test waits, not with verdicts)
+                    why.append(reason)
             elif forced[k]:
                 forced_units.append(k)
             elif k in kept_k:
