@@ -27,8 +27,8 @@ _MAX_VERSIONS = 2  # pool versions kept (the one being built, the one before)
 Parts = tuple[list[float], list[float], list[float] | None, list[float]]
 """Retrieval's time-independent score parts of a query: base, time, role, phase."""
 Omissions = tuple[list[str | None], list[bool], dict[str, bool], list[str | None]]
-"""A keyed omission test's verdicts, the packable items less the omitted, and per group
-whether a member is omitted."""
+"""A keyed omission test's verdicts, the packable items less the omitted, per group whether
+a member is omitted, and each ungrouped unforced item's reason to be dropped before packing."""
 
 
 class PoolFacts:
