@@ -177,8 +177,10 @@ def pack_ranked(
                 elif k in gone:
                     superseded.append(k)
             elif before is not None and (reason := before[k]):
-                if k not in kept_k:  # dropped before packing (``out`` is read only when
-                    dropped.append(k)  # an omission test waits, not with verdicts)
+                # Dropped before packing, unless kept (with verdicts no omission test
+                # waits, so ``out`` is not read again and needs no entry).
+                if k not in kept_k:
+                    dropped.append(k)
                     why.append(reason)
             elif forced[k]:
                 forced_units.append(k)
