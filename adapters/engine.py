@@ -82,6 +82,7 @@ from ctxledger.domain.usage import normalize_usage
 from ctxledger.projections.build_view import (
     DECISION_POINT,
     BuildView,
+    build_view,
     decide_build,
     refresh_generation,
     turn_build_view,
@@ -951,7 +952,7 @@ class ContextEngine:
             raise _Superseded
         ag = self.agent(agent_id)
         memo = self._prompts.get(agent_id)
-        view = self._view(agent_id, ag.current, request.purpose)
+        view = self._view(agent_id, ag.current, request.purpose, started.force_rebuild)
         record = decide_build(
             view,
             request,
@@ -1005,8 +1006,14 @@ class ContextEngine:
             message=record.message,
         )
 
-    def _view(self, agent_id: str, gen: Generation, purpose: str) -> BuildView:
-        """What the next build plans on: the agent's turn memo brought up to date."""
+    def _view(
+        self, agent_id: str, gen: Generation, purpose: str, force_rebuild: str = ""
+    ) -> BuildView:
+        """What the next build plans on: the agent's turn memo brought up to date. A forced
+        rebuild reads none of the memo's append facts (and drops the memo after it), so it
+        plans on the plain view instead of recomputing the memo over the whole history."""
+        if force_rebuild:
+            return build_view(gen, self.pool(agent_id), purpose)
         return turn_build_view(gen, self.pool(agent_id), purpose, self._turns.get(agent_id))
 
     def _remember_turn(self, agent_id: str, view: BuildView, record: BuildRecord) -> None:

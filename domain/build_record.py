@@ -18,6 +18,7 @@ from ctxledger.domain.model import (
     Item,
     Layer,
     decision_delta,
+    rehashed_selection,
     selection_hash,
     updated_selection_hash,
 )
@@ -205,7 +206,10 @@ def record_build(
     else:
         decisions = final_decisions(plan, previous_decisions, verified_ids)
         changed, retired = decision_delta(previous_decisions, decisions)
-        selection = None
+        # the new selection hashed from the generation's last one (a rebuild's too: what it
+        # keeps of the closing generation's decisions is not digested again)
+        delta = (changed, retired) if previous_decisions is gen.decisions else None
+        selection = rehashed_selection(gen.selection_hash, gen.decisions, decisions, delta)
     if selection is None:
         selection = selection_hash(decisions)
     if group is not None:

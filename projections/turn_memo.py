@@ -13,6 +13,9 @@ restart-transparency machine; an engine without it (a restart) recomputes it onc
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import attrgetter, eq
+
 import msgspec
 
 from ctxledger.domain.events import ContextPackBuilt
@@ -32,6 +35,9 @@ __all__ = [
 ]
 
 _DROPPED = "dropped"
+_ACTION = attrgetter("action")
+_PINNED = attrgetter("pinned")
+_MANDATORY = attrgetter("mandatory")
 
 
 def emitted_form(item: Item, d: Decision) -> Item:
@@ -176,17 +182,21 @@ def memo_from_scratch(gen: Generation, pool: AgentPool) -> TurnMemo | None:
     ctx = emitted_context(gen, pool)
     if ctx is None:
         return None
-    decisions, removed = gen.decisions, pool.removed
-    dropped = {i for i, d in decisions.items() if d.action == _DROPPED}
+    decisions, removed, items = gen.decisions, pool.removed.keys(), pool.items
+    # set operations and C iterators over the whole history (a rebuild recomputes the memo,
+    # so this runs once per rebuild and once on the turn after it)
+    dropped = set(compress(decisions, map(eq, map(_ACTION, decisions.values()), repeat(_DROPPED))))
+    forced = set(compress(items, map(_PINNED, items.values())))
+    forced.update(compress(items, map(_MANDATORY, items.values())))
     emitted = ctx.emitted
     return TurnMemo(
         pack_id=gen.last_pack_id,
         generation=gen.number,
         emitted=emitted,
         included=len(decisions) - len(dropped),
-        undecided=frozenset(i for i in pool.items if i not in decisions and i not in removed),
-        forced_dropped=frozenset(i for i in dropped if _candidate(pool, i) and _forced(pool, i)),
-        gone=frozenset(i for i in emitted if i in removed),
+        undecided=frozenset(items.keys() - decisions.keys() - removed),
+        forced_dropped=frozenset(dropped.intersection(forced).difference(removed)),
+        gone=frozenset(emitted.keys() & removed),
         notes=frozenset(i for i, it in emitted.items() if it.source is Source.STEERING_NOTE),
     )
 

@@ -6,17 +6,23 @@ prompt's stable part."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxledger.domain import events as ev
+from ctxledger.domain import model
 from ctxledger.domain.build_record import BuildRecord, final_decisions, record_build
 from ctxledger.domain.generation_policy import BuildPlan, EmittedContext, plan_build
 from ctxledger.domain.model import (
     Decision,
     Generation,
     Item,
+    Layer,
+    Source,
     apply_decision_delta,
     selection_hash,
 )
@@ -25,7 +31,7 @@ from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.strategies import STRATEGIES
 from ctxledger.domain.tokens import EstimatingCounter
-from tests.property.strategies_items import build_requests, item_pools, pool_items
+from tests.property.strategies_items import NOW, build_requests, item_pools, pool_items
 
 COUNTER = EstimatingCounter()
 NAMES = sorted(STRATEGIES)
@@ -204,6 +210,9 @@ def test_a_build_and_the_next_record_exactly_their_selection(
         tokens_used=cpb1.budget_used,
         reserved=reserve,
         builds=1,
+        # as the generations read model holds it (the next pack's hash is then updated from
+        # it), or a ledger's generation with no order-independent hash (hashed whole)
+        selection_hash=cpb1.selection_hash if data.draw(st.booleans()) else "",
     )
     assert gen1.decisions == final1
     ctx = EmittedContext(
@@ -252,3 +261,72 @@ def test_a_build_and_the_next_record_exactly_their_selection(
         assert rec2.prompt.text.encode("utf-8").startswith(rec1.prompt.stable.encode("utf-8"))
         if previous_prompt is not None:
             assert rec2.expected_cached_bytes == len(rec1.prompt.stable.encode("utf-8"))
+
+
+def test_a_rebuild_digests_only_the_decisions_it_changed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild's selection hash comes from the closing generation's: the decisions it
+    repeats (here most of 400 items' ``over_budget``) are not digested again, and the hash is
+    the whole selection's."""
+    pool = [
+        Item(
+            id=f"i{n:03d}",
+            layer=Layer.L2,
+            source=Source.WORKER_FINDING,
+            content=f"finding {n} of the run",
+            token_count=10,
+            observed_at=NOW - timedelta(minutes=400 - n),
+        )
+        for n in range(400)
+    ]
+    request = BuildRequest(agent_id="agent-1", budget=500, now=NOW, keywords=("run",))
+    plan1 = plan_build(request, pool, None, COUNTER)
+
+    def record(plan: BuildPlan, gen: Generation, ctx: EmittedContext | None) -> BuildRecord:
+        return record_build(
+            agent_id="agent-1",
+            plan=plan,
+            request=request,
+            gen=gen,
+            ctx=ctx,
+            pack_id=f"p{gen.builds + 1}",
+            reserve=0,
+            verified_ids=frozenset(),
+            previous_prompt=None,
+            group=None,
+            latest_user_input="",
+            force_rebuild="manual" if plan.kind == "rebuild" else "",
+        )
+
+    rec1 = record(plan1, Generation(number=1), None)
+    decisions1 = apply_decision_delta({}, built(rec1).decisions, ())
+    gen1 = Generation(
+        number=1,
+        decisions=decisions1,
+        order=rec1.prompt.order,
+        builds=1,
+        selection_hash=built(rec1).selection_hash,
+    )
+    ctx = EmittedContext(
+        generation=1,
+        decisions=decisions1,
+        emitted={it.id: it for it in plan1.result.items},
+        order=gen1.order,
+        used=plan1.result.used,
+    )
+    plan2 = plan_build(request, pool, ctx, COUNTER, force_rebuild="manual")
+    assert plan2.kind == "rebuild"
+    digested: list[str] = []
+    real = model._decision_digest
+
+    def counting(d: Decision) -> int:
+        digested.append(d.item_id)
+        return real(d)
+
+    monkeypatch.setattr(model, "_decision_digest", counting)
+    rec2 = record(plan2, gen1, ctx)
+    monkeypatch.undo()
+    final = apply_decision_delta({}, built(rec2).decisions, built(rec2).retired)
+    assert built(rec2).selection_hash == selection_hash(final)
+    changed = [k for k, d in final.items() if decisions1.get(k) != d]
+    assert 0 < len(changed) < 100  # the watermark drops some of what was included
+    assert sorted(digested) == sorted(changed * 2)  # each: the old decision out, the new in

@@ -11,9 +11,11 @@ the log by an invariant of tests/property/test_restart_transparency.py.)"""
 from __future__ import annotations
 
 import msgspec
+import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
+from ctxledger.domain import model
 from ctxledger.domain.build_record import (
     BuildRecord,
     append_decisions,
@@ -30,6 +32,7 @@ from ctxledger.domain.model import (
     apply_decision_delta,
     decision_delta,
     legacy_selection_hash,
+    rehashed_selection,
     selection_hash,
     selection_matches,
     updated_selection_hash,
@@ -64,6 +67,44 @@ def test_the_selection_hash_updated_from_a_delta_equals_hashing_the_whole_select
     assert updated == selection_hash(after)
     # independent of the order decisions arrive in
     assert selection_hash(dict(reversed(list(after.items())))) == selection_hash(after)
+
+
+@given(before=selections, after=selections, given_delta=st.booleans(), legacy=st.booleans())
+def test_a_selection_rehashed_from_the_last_one_equals_hashing_it_whole(
+    before: dict[str, Decision], after: dict[str, Decision], given_delta: bool, legacy: bool
+) -> None:
+    """A full build or a rebuild digests only what differs from the generation's last
+    selection; a legacy or missing previous hash hashes the new selection whole."""
+    previous_hash = legacy_selection_hash(before) if legacy else selection_hash(before)
+    delta = decision_delta(before, after) if given_delta else None
+    event(f"delta {'digested' if not legacy and before else 'whole'}")
+    assert rehashed_selection(previous_hash, before, after, delta) == selection_hash(after)
+    assert rehashed_selection("", before, after) == selection_hash(after)
+
+
+def test_a_rehashed_selection_digests_only_the_decisions_that_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The point of it: 1,000 kept decisions are not digested again (a digest of each would
+    be the whole hash)."""
+    kept = {
+        f"k{n}": Decision(item_id=f"k{n}", action="dropped", tokens_before=n) for n in range(1000)
+    }
+    before = {**kept, "a": Decision(item_id="a", action="included", tokens_after=5)}
+    after = {**kept, "b": Decision(item_id="b", action="included", tokens_after=7)}
+    previous_hash = selection_hash(before)
+    digested: list[str] = []
+    real = model._decision_digest
+
+    def counting(d: Decision) -> int:
+        digested.append(d.item_id)
+        return real(d)
+
+    monkeypatch.setattr(model, "_decision_digest", counting)
+    rehashed = rehashed_selection(previous_hash, before, after)
+    monkeypatch.undo()
+    assert rehashed == selection_hash(after)
+    assert sorted(digested) == ["a", "b"]
 
 
 @given(selection=selections)

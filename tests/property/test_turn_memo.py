@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -37,10 +37,24 @@ from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import CtxLedgerError
 from ctxledger.domain.generation_policy import append_facts
-from ctxledger.domain.model import AgentIdentity, Generation, Item, Layer, Source
+from ctxledger.domain.model import (
+    AgentIdentity,
+    Decision,
+    DecisionAction,
+    Generation,
+    Item,
+    Layer,
+    Source,
+)
 from ctxledger.projections.build_view import BuildView, build_view
-from ctxledger.projections.pool import TOUCHED_MAX, Pool, PoolBatch, evolve_pool
-from ctxledger.projections.turn_memo import emitted_context, memo_from_scratch, turn_view
+from ctxledger.projections.pool import TOUCHED_MAX, AgentPool, Pool, PoolBatch, evolve_pool
+from ctxledger.projections.turn_memo import (
+    TurnMemo,
+    emitted_context,
+    memo_from_scratch,
+    turn_view,
+)
+from tests.property.strategies_items import pool_items
 from tests.property.test_restart_transparency import FixedClock
 
 SESSION = "turn-memo"
@@ -196,7 +210,9 @@ class ScratchEngine(ContextEngine):
     """An engine that plans every build on ``build_view``: passes over the whole history,
     the specification (what ``audit --rederive`` plans on)."""
 
-    def _view(self, agent_id: str, gen: Generation, purpose: str) -> BuildView:
+    def _view(
+        self, agent_id: str, gen: Generation, purpose: str, force_rebuild: str = ""
+    ) -> BuildView:
         return build_view(gen, self.pool(agent_id), purpose)
 
 
@@ -246,3 +262,62 @@ def test_the_touched_list_is_bounded_and_the_batch_fold_agrees() -> None:
                 handlers[type(event)](event)
             batch = fold.freeze()
         assert batch == pure
+
+
+def _memo_by_plain_passes(gen: Generation, pool: AgentPool) -> TurnMemo | None:
+    """``memo_from_scratch`` as one plain pass per field (what it computes with set
+    operations and C iterators)."""
+    ctx = emitted_context(gen, pool)
+    if ctx is None:
+        return None
+    items, removed = pool.items, pool.removed
+    dropped = [i for i, d in gen.decisions.items() if d.action == "dropped"]
+    return TurnMemo(
+        pack_id=gen.last_pack_id,
+        generation=gen.number,
+        emitted=ctx.emitted,
+        included=len(gen.decisions) - len(dropped),
+        undecided=frozenset(i for i in items if i not in gen.decisions and i not in removed),
+        forced_dropped=frozenset(
+            i
+            for i in dropped
+            if i in items and i not in removed and (items[i].pinned or items[i].mandatory)
+        ),
+        gone=frozenset(i for i in ctx.emitted if i in removed),
+        notes=frozenset(i for i, it in ctx.emitted.items() if it.source is Source.STEERING_NOTE),
+    )
+
+
+_MEMO_IDS = [f"i{n}" for n in range(10)]
+
+
+@st.composite
+def _generations_and_pools(draw: st.DrawFn) -> tuple[Generation, AgentPool]:
+    """A generation's decisions and a pool that may have moved on since (ids decided but no
+    longer held, held but undecided, removed, pinned or mandatory)."""
+    held = draw(st.lists(st.sampled_from(_MEMO_IDS), unique=True))
+    items = {}
+    for item_id in held:
+        item = draw(pool_items(item_id=item_id))
+        flags = draw(st.sampled_from(["", "", "pinned", "mandatory", "both"]))
+        items[item_id] = msgspec.structs.replace(
+            item,
+            pinned=flags in ("pinned", "both"),
+            mandatory=flags in ("mandatory", "both"),
+        )
+    removed = dict.fromkeys(draw(st.lists(st.sampled_from(_MEMO_IDS), unique=True)), "removed")
+    kinds: list[DecisionAction] = ["dropped", "dropped", "included", "compressed", "clipped"]
+    actions = st.sampled_from(kinds)
+    decisions = {
+        i: Decision(item_id=i, action=draw(actions), content="sent text", tokens_after=3)
+        for i in draw(st.lists(st.sampled_from(_MEMO_IDS), unique=True))
+    }
+    order = tuple(i for i, d in decisions.items() if d.action != "dropped")
+    gen = Generation(number=2, last_pack_id="p1", decisions=decisions, order=order)
+    return gen, AgentPool(items=items, removed=removed, verified={})
+
+
+@given(case=_generations_and_pools())
+def test_the_memo_from_scratch_is_the_plain_passes(case: tuple[Generation, AgentPool]) -> None:
+    gen, pool = case
+    assert memo_from_scratch(gen, pool) == _memo_by_plain_passes(gen, pool)
