@@ -15,7 +15,12 @@ from hypothesis import strategies as st
 
 from ctxledger.domain import events as ev
 from ctxledger.domain import model
-from ctxledger.domain.build_record import BuildRecord, final_decisions, record_build
+from ctxledger.domain.build_record import (
+    BuildRecord,
+    final_decisions,
+    record_build,
+    whole_decisions,
+)
 from ctxledger.domain.generation_policy import BuildPlan, EmittedContext, plan_build
 from ctxledger.domain.model import (
     Decision,
@@ -123,6 +128,8 @@ def check_record(
     previous = {} if rebuild else gen.decisions
     final = final_decisions(plan, previous, verified)
     assert set(final) == set(plan.result.decisions)
+    if plan.kind != "append":  # what record_build takes: the same decisions, in order
+        assert list(whole_decisions(plan, verified).items()) == list(final.items())
     assert apply_decision_delta(previous, cpb.decisions, cpb.retired) == final
     assert all(previous.get(d.item_id) != d for d in cpb.decisions)  # only what changed
     assert all(k in previous and k not in final for k in cpb.retired)
