@@ -44,10 +44,12 @@ class PoolFacts:
     """
 
     __slots__ = (
+        "_all_versions",
         "_chrono",
         "_dropped_as",
         "_included",
         "_omissions",
+        "_token_prefix",
         "_tokens",
         "contents",
         "derived",
@@ -112,9 +114,12 @@ class PoolFacts:
         self.group_tier = {g: min(self.tier[k] for k in ks) for g, ks in groups.items()}
         self.group_forced = {g: any(self.forced[k] for k in ks) for g, ks in groups.items()}
         self.group_raw = {g: any(self.layer[k] is _L4 for k in ks) for g, ks in groups.items()}
+        self._all_versions = versions
         self.versions = {key: ks for key, ks in versions.items() if len(ks) > 1}
         self.staged = staged
         self._tokens: dict[str, list[int]] = {}
+        self._token_prefix: dict[str, list[int]] = {}
+        """Per counter, the tokens of a prefix of the items (a version this one extends)."""
         self._chrono: list[int] | None = None
         self._included: dict[tuple[int, int], Decision] = {}
         self._dropped_as: dict[tuple[str, str], list[Decision | None]] = {}
@@ -130,11 +135,59 @@ class PoolFacts:
         """Each item's tokens: ``Item.token_count`` when > 0, else *counter*'s count."""
         out = self._tokens.get(counter.name)
         if out is None:
+            known = self._token_prefix.get(counter.name, [])
+            rest = self.items[len(known) :]
             out = [
-                t if t > 0 else counter.count(it.content)
-                for t, it in zip((it.token_count for it in self.items), self.items, strict=True)
-            ]
+                *known,
+                *(t if t > 0 else counter.count(it.content)
+                  for t, it in zip((it.token_count for it in rest), rest, strict=True)),
+            ]  # fmt: skip
             self._tokens[counter.name] = out
+        return out
+
+    def extended(self, items: list[Item]) -> PoolFacts:
+        """The facts of *items*, whose first ``len(self.items)`` are this version's items (the
+        same objects, in order): this version's facts extended by those of the rest instead
+        of derived again over the whole pool (a turn records an item, then a rebuild reads the
+        new version). Equal to ``PoolFacts(items)`` — held so by a property test. What a
+        version keeps per strategy, per query or per omission test is made again as needed,
+        but for each query's last ranked order (the new items appended: any start sorts to
+        the same order) and the decisions made so far, shared by position."""
+        n = len(self.items)
+        rest = PoolFacts(items[n:])
+        out = PoolFacts.__new__(PoolFacts)
+        out.items = items
+        for name in ("ids", "tier", "ts", "forced", "group", "layer", "layer_value", "contents",
+                     "plain", "plain_with_raw"):  # fmt: skip
+            setattr(out, name, getattr(self, name) + getattr(rest, name))
+        out.index = {**self.index, **{i: k + n for i, k in rest.index.items()}}
+        out.unique = len(out.index) == len(items)
+        out.distinct_contents = len(set(out.contents)) == len(items)
+        out.groups = dict(self.groups)
+        out.group_tier, out.group_forced = dict(self.group_tier), dict(self.group_forced)
+        out.group_raw = dict(self.group_raw)
+        for g, ks in rest.groups.items():
+            members = out.groups[g] = [*self.groups.get(g, ()), *(k + n for k in ks)]
+            out.group_tier[g] = min(out.tier[k] for k in members)
+            out.group_forced[g] = any(out.forced[k] for k in members)
+            out.group_raw[g] = any(out.layer[k] is _L4 for k in members)
+        versions = out._all_versions = dict(self._all_versions)
+        for key, ks in rest._all_versions.items():
+            versions[key] = [*self._all_versions.get(key, ()), *(k + n for k in ks)]
+        out.versions = {key: ks for key, ks in versions.items() if len(ks) > 1}
+        out.staged = [*self.staged, *((k + n, stage) for k, stage in rest.staged)]
+        out._tokens = {}
+        out._token_prefix = {**self._token_prefix, **self._tokens}
+        out._chrono = None
+        out._included = dict(self._included)
+        added = [None] * len(rest.items)
+        carried = list(self._dropped_as.items())  # (a snapshot: builds of other threads add)
+        out._dropped_as = {key: [*made, *added] for key, made in carried}
+        out._omissions = {}
+        out.partials = {}
+        fresh = range(n, len(items))
+        out.orders = {key: [*order, *fresh] for key, order in list(self.orders.items())}
+        out.derived = {}
         return out
 
     def over_budget(self, counter: TokenCounter) -> list[Decision]:
@@ -214,9 +267,21 @@ _facts: dict[tuple[int, ...], PoolFacts] = memo_table()
 
 
 def pool_facts(items: Sequence[Item]) -> PoolFacts:
-    """The facts of *items*, memoised per pool version (the same item objects in order)."""
+    """The facts of *items*, memoised per pool version (the same item objects in order); a
+    version that extends a remembered one (items appended) extends its facts."""
     key = tuple(map(id, items))
     facts = _facts.get(key)
     if facts is None:
-        facts = remember(_facts, key, PoolFacts(items), _MAX_VERSIONS)
+        base = _extends(key)
+        made = PoolFacts(items) if base is None else base.extended(list(items))
+        facts = remember(_facts, key, made, _MAX_VERSIONS)
     return facts
+
+
+def _extends(key: tuple[int, ...]) -> PoolFacts | None:
+    """The newest remembered version whose items begin *key* (the identities of a pool's
+    items: a remembered entry holds its items, so its identities are not reused)."""
+    for known, facts in reversed(list(_facts.items())):  # (another thread may add one)
+        if 0 < len(known) < len(key) and key[: len(known)] == known:
+            return facts
+    return None
