@@ -71,6 +71,20 @@ def built(rec: BuildRecord) -> ev.ContextPackBuilt:
     return last
 
 
+def digests_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the decisions the selection hash digests from now on (its unit of work),
+    in a list that grows as they are digested (``monkeypatch.undo()`` stops it)."""
+    digested: list[str] = []
+    real = model._decision_digest
+
+    def counting(d: Decision) -> int:
+        digested.append(d.item_id)
+        return real(d)
+
+    monkeypatch.setattr(model, "_decision_digest", counting)
+    return digested
+
+
 def common_prefix_len(a: str, b: str) -> int:
     """Bytes the UTF-8 encodings of *a* and *b* share from the start (counted one by one)."""
     n = 0
@@ -322,14 +336,7 @@ def test_a_rebuild_digests_only_the_decisions_it_changed(monkeypatch: pytest.Mon
     )
     plan2 = plan_build(request, pool, ctx, COUNTER, force_rebuild="manual")
     assert plan2.kind == "rebuild"
-    digested: list[str] = []
-    real = model._decision_digest
-
-    def counting(d: Decision) -> int:
-        digested.append(d.item_id)
-        return real(d)
-
-    monkeypatch.setattr(model, "_decision_digest", counting)
+    digested = digests_counted(monkeypatch)
     rec2 = record(plan2, gen1, ctx)
     monkeypatch.undo()
     final = apply_decision_delta({}, built(rec2).decisions, built(rec2).retired)

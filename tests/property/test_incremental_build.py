@@ -15,7 +15,6 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from ctxledger.domain import model
 from ctxledger.domain.build_record import (
     BuildRecord,
     append_decisions,
@@ -42,7 +41,13 @@ from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.strategies import STRATEGIES
 from ctxledger.projections.build_view import previous_prompt
 from tests.property.strategies_items import build_requests, item_pools
-from tests.property.test_build_record import COUNTER, built, extra_items, pack_request
+from tests.property.test_build_record import (
+    COUNTER,
+    built,
+    digests_counted,
+    extra_items,
+    pack_request,
+)
 
 IDS = [f"i{k}" for k in range(12)]
 decisions_st = st.builds(
@@ -93,14 +98,7 @@ def test_a_rehashed_selection_digests_only_the_decisions_that_changed(
     before = {**kept, "a": Decision(item_id="a", action="included", tokens_after=5)}
     after = {**kept, "b": Decision(item_id="b", action="included", tokens_after=7)}
     previous_hash = selection_hash(before)
-    digested: list[str] = []
-    real = model._decision_digest
-
-    def counting(d: Decision) -> int:
-        digested.append(d.item_id)
-        return real(d)
-
-    monkeypatch.setattr(model, "_decision_digest", counting)
+    digested = digests_counted(monkeypatch)
     rehashed = rehashed_selection(previous_hash, before, after)
     monkeypatch.undo()
     assert rehashed == selection_hash(after)
