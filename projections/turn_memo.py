@@ -183,8 +183,8 @@ def memo_from_scratch(gen: Generation, pool: AgentPool) -> TurnMemo | None:
     if ctx is None:
         return None
     decisions, removed, items = gen.decisions, pool.removed.keys(), pool.items
-    # set operations and C iterators over the whole history (a rebuild recomputes the memo,
-    # so this runs once per rebuild and once on the turn after it)
+    # set operations and C iterators over the whole history (this runs on the turn after a
+    # rebuild, on a rebuild the budget forced, and once after a restart)
     dropped = set(compress(decisions, map(eq, map(_ACTION, decisions.values()), repeat(_DROPPED))))
     forced = set(compress(items, map(_PINNED, items.values())))
     forced.update(compress(items, map(_MANDATORY, items.values())))
