@@ -13,7 +13,7 @@ counts, of the counter).
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import Decision, Item, Layer, Source
@@ -21,6 +21,7 @@ from ctxledger.domain.ports import TokenCounter
 
 __all__ = ["Omissions", "Parts", "PoolFacts", "pool_facts"]
 
+K = TypeVar("K")
 _L4 = Layer.L4
 _STEERING_NOTE = Source.STEERING_NOTE
 _MAX_VERSIONS = 2  # pool versions kept (the one being built, the one before)
@@ -111,9 +112,10 @@ class PoolFacts:
             if it.source is _STEERING_NOTE and it.stage:
                 staged.append((k, it.stage))
         self.groups = groups
-        self.group_tier = {g: min(self.tier[k] for k in ks) for g, ks in groups.items()}
-        self.group_forced = {g: any(self.forced[k] for k in ks) for g, ks in groups.items()}
-        self.group_raw = {g: any(self.layer[k] is _L4 for k in ks) for g, ks in groups.items()}
+        self.group_tier: dict[str, int] = {}
+        self.group_forced: dict[str, bool] = {}
+        self.group_raw: dict[str, bool] = {}
+        self._summarise(groups)
         self._all_versions = versions
         self.versions = {key: ks for key, ks in versions.items() if len(ks) > 1}
         self.staged = staged
@@ -163,17 +165,11 @@ class PoolFacts:
         out.index = {**self.index, **{i: k + n for i, k in rest.index.items()}}
         out.unique = len(out.index) == len(items)
         out.distinct_contents = len(set(out.contents)) == len(items)
-        out.groups = dict(self.groups)
+        out.groups = _joined(self.groups, rest.groups, n)
         out.group_tier, out.group_forced = dict(self.group_tier), dict(self.group_forced)
         out.group_raw = dict(self.group_raw)
-        for g, ks in rest.groups.items():
-            members = out.groups[g] = [*self.groups.get(g, ()), *(k + n for k in ks)]
-            out.group_tier[g] = min(out.tier[k] for k in members)
-            out.group_forced[g] = any(out.forced[k] for k in members)
-            out.group_raw[g] = any(out.layer[k] is _L4 for k in members)
-        versions = out._all_versions = dict(self._all_versions)
-        for key, ks in rest._all_versions.items():
-            versions[key] = [*self._all_versions.get(key, ()), *(k + n for k in ks)]
+        out._summarise({g: out.groups[g] for g in rest.groups})  # the groups that grew
+        versions = out._all_versions = _joined(self._all_versions, rest._all_versions, n)
         out.versions = {key: ks for key, ks in versions.items() if len(ks) > 1}
         out.staged = [*self.staged, *((k + n, stage) for k, stage in rest.staged)]
         out._tokens = {}
@@ -189,6 +185,14 @@ class PoolFacts:
         out.orders = {key: [*order, *fresh] for key, order in list(self.orders.items())}
         out.derived = {}
         return out
+
+    def _summarise(self, groups: dict[str, list[int]]) -> None:
+        """Each of *groups*' smallest tier, whether a member is forced, whether one is raw
+        history (L4), into ``group_tier``/``group_forced``/``group_raw``."""
+        for g, ks in groups.items():
+            self.group_tier[g] = min(self.tier[k] for k in ks)
+            self.group_forced[g] = any(self.forced[k] for k in ks)
+            self.group_raw[g] = any(self.layer[k] is _L4 for k in ks)
 
     def over_budget(self, counter: TokenCounter) -> list[Decision]:
         """Each item's ``over_budget`` decision (the tail of a build drops thousands): the
@@ -261,6 +265,16 @@ class PoolFacts:
             ts, ids = self.ts, self.ids
             self._chrono = sorted(range(len(ids)), key=lambda k: (ts[k], ids[k]))
         return self._chrono
+
+
+def _joined(known: dict[K, list[int]], added: dict[K, list[int]], n: int) -> dict[K, list[int]]:
+    """Positions by key of a pool's first *n* items (*known*) and of the items after them
+    (*added*, counted from 0), as one map in first-appearance order (a new dict; the lists
+    of keys *added* lacks are shared: nothing changes them once made)."""
+    out = dict(known)
+    for key, ks in added.items():
+        out[key] = [*known.get(key, ()), *(k + n for k in ks)]
+    return out
 
 
 _facts: dict[tuple[int, ...], PoolFacts] = memo_table()
