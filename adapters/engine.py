@@ -93,7 +93,7 @@ from ctxledger.projections.context_state import ContextStates
 from ctxledger.projections.generations import AgentGenerations, Generations
 from ctxledger.projections.inspector import InspectorState
 from ctxledger.projections.pool import AgentPool, Pool, check_recordable
-from ctxledger.projections.turn_memo import TurnMemo, advance_memo
+from ctxledger.projections.turn_memo import TurnMemo, advance_memo, memo_of_decisions
 
 if TYPE_CHECKING:  # the memory subsystem (catalog, pydantic schemas) loads with a ProjectMemory
     from ctxledger.adapters.project_memory import ProjectMemory
@@ -974,7 +974,7 @@ class ContextEngine:
             raise _Superseded from None
         if record.stable_prompt is not None:
             self._prompts[agent_id] = (started.pack_id, record.stable_prompt)
-        self._remember_turn(agent_id, view, record)
+        self._remember_turn(agent_id, view, record, self.pool(agent_id))
         # Dropped before the fold: a snapshot still held here would make the live folds copy
         # the agent's decisions and pool instead of extending them in place (drafts.holders).
         del ag, view, memo
@@ -1016,16 +1016,24 @@ class ContextEngine:
             return build_view(gen, self.pool(agent_id), purpose)
         return turn_build_view(gen, self.pool(agent_id), purpose, self._turns.get(agent_id))
 
-    def _remember_turn(self, agent_id: str, view: BuildView, record: BuildRecord) -> None:
-        """Keep the turn memo of the pack just appended (an append advances the one it was
-        planned on; other builds leave the next turn to recompute it once)."""
+    def _remember_turn(
+        self, agent_id: str, view: BuildView, record: BuildRecord, pool: AgentPool
+    ) -> None:
+        """Keep the turn memo of the pack just appended: an append advances the one it was
+        planned on, a generation's first pack (a rebuild, a refresh) derives it from its
+        decisions — so the turns after it plan in O(new items) too; any other build leaves
+        the next turn to recompute it once."""
         if record.stable_prompt is None:  # a decision point: the generation is unchanged
             return
         built = record.events[-1]
+        assert isinstance(built, ev.ContextPackBuilt)
         memo = None
         if record.kind == "append" and view.turn is not None:
-            assert isinstance(built, ev.ContextPackBuilt)
             memo = advance_memo(view.turn, built)
+        elif record.opened is not None:  # *pool*: the one planned on (a build adds no item)
+            memo = memo_of_decisions(
+                record.opened, pool, pack_id=built.pack_id, generation=built.generation
+            )
         if memo is None:
             self._turns.pop(agent_id, None)
         else:

@@ -59,6 +59,10 @@ class BuildRecord(msgspec.Struct, frozen=True, kw_only=True):
     stable_prompt: PromptParts | None = None
     """The prompt without its VOLATILE tail: what ``previous_prompt`` re-derives for the
     generation's next build (None for a decision point, which the generation never sees)."""
+    opened: dict[str, Decision] | None = None
+    """The generation's whole decision map, in its order, when this build is its first pack
+    (a rebuild, or the first build of a new or refreshed generation): what the engine derives
+    the next turn's memo from. None for any other build."""
 
 
 def build_started(
@@ -198,6 +202,7 @@ def record_build(
     expectations. ``previous_prompt`` is the generation's previous prompt; only its stable
     part (static + GENERATION) counts towards the expected cached bytes."""
     events: list[ev.Event] = []
+    opened: dict[str, Decision] | None = None
     now = request.now
     number = gen.number
     previous_decisions = gen.decisions
@@ -230,6 +235,8 @@ def record_build(
     else:
         decisions = whole_decisions(plan, verified_ids)
         changed, retired = decision_delta(previous_decisions, decisions)
+        if not previous_decisions:  # the generation's first pack: its decisions are these
+            opened = decisions
         # the new selection hashed from the generation's last one (a rebuild's too: what it
         # keeps of the closing generation's decisions is not digested again)
         delta = (changed, retired) if previous_decisions is gen.decisions else None
@@ -339,6 +346,7 @@ def record_build(
         generation=number,
         message=message,
         expected_cached_bytes=expected,
+        opened=None if request.purpose else opened,
         stable_prompt=(
             None
             if request.purpose

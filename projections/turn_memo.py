@@ -13,8 +13,9 @@ restart-transparency machine; an engine without it (a restart) recomputes it onc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from itertools import compress, repeat
-from operator import attrgetter, eq
+from operator import attrgetter, ne
 
 import msgspec
 
@@ -31,6 +32,7 @@ __all__ = [
     "emitted_context",
     "emitted_form",
     "memo_from_scratch",
+    "memo_of_decisions",
     "turn_view",
 ]
 
@@ -179,23 +181,30 @@ def _mark(ids: set[str], item_id: str, member: bool) -> None:
 def memo_from_scratch(gen: Generation, pool: AgentPool) -> TurnMemo | None:
     """The memo of the generation's latest pack by passes over every decision and candidate
     (None before the generation's first pack)."""
-    ctx = emitted_context(gen, pool)
-    if ctx is None:
+    if not gen.decisions:
         return None
-    decisions, removed, items = gen.decisions, pool.removed.keys(), pool.items
-    # set operations and C iterators over the whole history (this runs on the turn after a
-    # rebuild, on a rebuild the budget forced, and once after a restart)
-    dropped = set(compress(decisions, map(eq, map(_ACTION, decisions.values()), repeat(_DROPPED))))
+    return memo_of_decisions(gen.decisions, pool, pack_id=gen.last_pack_id, generation=gen.number)
+
+
+def memo_of_decisions(
+    decisions: Mapping[str, Decision], pool: AgentPool, *, pack_id: str, generation: int
+) -> TurnMemo:
+    """The memo of pack *pack_id* of generation *generation*, whose decisions (all of the
+    generation's, in its order) are *decisions*, over *pool* — by set operations and C
+    iterators over the whole history: it runs once per generation (by the build that opens
+    it, for the turns after it), on a rebuild the budget forced and once after a restart."""
+    items, removed = pool.items, pool.removed.keys()
+    sent = [*compress(decisions, map(ne, map(_ACTION, decisions.values()), repeat(_DROPPED)))]
+    emitted = {i: emitted_form(items[i], decisions[i]) for i in sent if i in items}
     forced = set(compress(items, map(_PINNED, items.values())))
     forced.update(compress(items, map(_MANDATORY, items.values())))
-    emitted = ctx.emitted
     return TurnMemo(
-        pack_id=gen.last_pack_id,
-        generation=gen.number,
+        pack_id=pack_id,
+        generation=generation,
         emitted=emitted,
-        included=len(decisions) - len(dropped),
+        included=len(sent),
         undecided=frozenset(items.keys() - decisions.keys() - removed),
-        forced_dropped=frozenset(dropped.intersection(forced).difference(removed)),
+        forced_dropped=frozenset(forced.intersection(decisions.keys()).difference(sent, removed)),
         gone=frozenset(emitted.keys() & removed),
         notes=frozenset(i for i, it in emitted.items() if it.source is Source.STEERING_NOTE),
     )

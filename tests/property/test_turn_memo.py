@@ -170,6 +170,14 @@ class TurnMemoMachine(RuleBasedStateMachine):
             self.both(lambda e: e.rebuild(self.agent, reason="test"))
         else:
             self.both(lambda e: e.refresh(self.agent, reason="test"))
+        # The generation's first pack left the memo the next turn plans on (the invariant
+        # below holds it equal to recomputing it): no pass over the history on that turn.
+        engine = self.memo_engine
+        gen = engine.agent(self.agent).current
+        if gen.decisions:
+            memo = engine._turns.get(self.agent)
+            assert memo is not None
+            assert (memo.pack_id, memo.generation) == (gen.last_pack_id, gen.number)
 
     @invariant()
     def the_memo_is_the_recomputed_one(self) -> None:
