@@ -67,6 +67,7 @@ class PoolFacts:
         "layer",
         "layer_value",
         "orders",
+        "partial_prefix",
         "partials",
         "plain",
         "plain_with_raw",
@@ -129,6 +130,8 @@ class PoolFacts:
         # Retrieval's, per query (terms, task, role, phase): the time-independent score parts
         # as arrays (base, time, role, phase; None if an item is undated), and the last order.
         self.partials: dict[tuple[object, ...], Parts | None] = {}
+        self.partial_prefix: dict[tuple[object, ...], Parts | None] = {}
+        """Per query, the parts of a prefix of the items (a version this one extends)."""
         self.orders: dict[tuple[object, ...], list[int]] = {}
         # A strategy's own facts of this pool version, by the strategy's key.
         self.derived: dict[Hashable, object] = {}
@@ -154,7 +157,8 @@ class PoolFacts:
         new version). Equal to ``PoolFacts(items)`` — held so by a property test. What a
         version keeps per strategy, per query or per omission test is made again as needed,
         but for each query's last ranked order (the new items appended: any start sorts to
-        the same order) and the decisions made so far, shared by position."""
+        the same order), its score parts (``partial_prefix``: retrieval adds the new items')
+        and the decisions made so far, shared by position."""
         n = len(self.items)
         rest = PoolFacts(items[n:])
         out = PoolFacts.__new__(PoolFacts)
@@ -181,6 +185,7 @@ class PoolFacts:
         out._dropped_as = {key: [*made, *added] for key, made in carried}
         out._omissions = {}
         out.partials = {}
+        out.partial_prefix = _carried(self.partial_prefix, list(self.partials.items()))
         fresh = range(n, len(items))
         out.orders = {key: [*order, *fresh] for key, order in list(self.orders.items())}
         out.derived = {}
@@ -265,6 +270,25 @@ class PoolFacts:
             ts, ids = self.ts, self.ids
             self._chrono = sorted(range(len(ids)), key=lambda k: (ts[k], ids[k]))
         return self._chrono
+
+
+def _carried(
+    known: dict[tuple[object, ...], Parts | None],
+    newer: list[tuple[tuple[object, ...], Parts | None]],
+) -> dict[tuple[object, ...], Parts | None]:
+    """Score parts per query carried to a version that extends this one: the ones it carried
+    with this version's own (newer) replacing them, the newest ``_PREFIX_MAX`` kept."""
+    out = dict(known)
+    for key, parts in newer:
+        out.pop(key, None)
+        out[key] = parts
+    if len(out) > _PREFIX_MAX:
+        out = dict(list(out.items())[-_PREFIX_MAX:])
+    return out
+
+
+_PREFIX_MAX = 16
+"""Queries whose score parts a version carries to the next (as many as it remembers)."""
 
 
 def _joined(known: dict[K, list[int]], added: dict[K, list[int]], n: int) -> dict[K, list[int]]:

@@ -15,7 +15,7 @@ import msgspec
 
 from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import Item, Source
-from ctxledger.domain.pool_facts import PoolFacts, pool_facts
+from ctxledger.domain.pool_facts import Parts, PoolFacts, pool_facts
 from ctxledger.domain.request import BuildRequest
 
 __all__ = [
@@ -398,6 +398,30 @@ def _query_key(request: BuildRequest) -> tuple[object, ...]:
     return (request_terms(request), request.task, request.role.lower(), request.phase)
 
 
+def _parts(request: BuildRequest, facts: PoolFacts, key: tuple[object, ...]) -> Parts | None:
+    """The time-independent score parts of every item of the pool version, as arrays (None
+    when an item is undated); when the version extends one whose parts for *key* are known
+    (``partial_prefix``), those followed by the parts of the items recorded since."""
+    before: Parts | None = None
+    if key in facts.partial_prefix:
+        before = facts.partial_prefix[key]
+        if before is None:  # an undated item among the ones before
+            return None
+    start = len(before[0]) if before is not None else 0
+    entries = _partial_entries(request, facts.items[start:] if start else facts.items)
+    if any(e[2] is None for e in entries):
+        return None
+    base = [e[1] for e in entries]
+    stamps = [e[2] or 0.0 for e in entries]  # (all dated)
+    phase = [0.0 if e[4] is None else e[4] for e in entries]
+    if before is None or not start:
+        role = None if entries and entries[0][3] is None else [e[3] or 0.0 for e in entries]
+        return base, stamps, role, phase
+    # the role part is None for every item or for none (the key holds the role)
+    role = None if before[2] is None else before[2] + [e[3] or 0.0 for e in entries]
+    return before[0] + base, before[1] + stamps, role, before[3] + phase
+
+
 def _pool_scores(request: BuildRequest, facts: PoolFacts, key: tuple[object, ...]) -> list[float]:
     """``_scores`` over a pool version, from its per-query arrays of time-independent parts:
     one comprehension adding recency, role and phase in ``_scores``' order. A missing phase
@@ -406,16 +430,7 @@ def _pool_scores(request: BuildRequest, facts: PoolFacts, key: tuple[object, ...
     if key in facts.partials:
         parts = facts.partials[key]
     else:
-        entries = _partial_entries(request, facts.items)
-        stamps = [e[2] for e in entries]
-        parts = None
-        if None not in stamps:
-            parts = (
-                [e[1] for e in entries],
-                [e[2] or 0.0 for e in entries],  # (all dated)
-                None if entries and entries[0][3] is None else [e[3] or 0.0 for e in entries],
-                [0.0 if e[4] is None else e[4] for e in entries],
-            )
+        parts = _parts(request, facts, key)
         remember(facts.partials, key, parts, _FACTS_MEMO_MAX)
     if parts is None:
         return _scores(request, facts.items)

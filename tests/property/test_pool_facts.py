@@ -4,13 +4,18 @@ to the facts derived from scratch, field by field, and by every strategy's selec
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 import msgspec
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxledger.domain import pool_facts as pf
+from ctxledger.domain import retrieval
 from ctxledger.domain.memo import clear_caches
-from ctxledger.domain.model import Decision, Item, Source
+from ctxledger.domain.model import Decision, Item, Layer, Source
 from ctxledger.domain.pool_facts import PoolFacts, pool_facts
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import retrieve
@@ -100,3 +105,53 @@ def test_a_selection_over_extended_facts_is_the_one_from_scratch(
     strategy.select(request, retrieve(request, pool), COUNTER)  # the base version, warm
     extended = msgspec.json.encode(strategy.select(request, retrieve(request, grown), COUNTER))
     assert extended == fresh
+
+
+def test_a_version_that_extends_another_scores_only_the_items_recorded_since(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its time-independent score parts are the known version's followed by the new
+    items' (``partial_prefix``): only those are scored, and the scores are the same."""
+    at = datetime(2025, 3, 1, tzinfo=UTC)
+    pool = [
+        Item(
+            id=f"i{k:02d}", content=("auth ", "retry ", "cache auth ")[k % 3] * (k % 5 + 1), layer=Layer.L2,
+            source=Source.TOOL_LOG,
+            observed_at=at + timedelta(minutes=k), phase=("fix", "plan", "")[k % 3],
+        )
+        for k in range(40)
+    ]  # fmt: skip
+    grown = [
+        *pool,
+        *(
+            msgspec.structs.replace(
+                i,
+                id=f"n{k}",
+                content=f"auth cache {k}",
+                observed_at=at + timedelta(hours=1, minutes=k),
+            )
+            for k, i in enumerate(pool[:3])
+        ),
+    ]
+    for role in ("primary", "observer"):  # (a role with weights per source, and one without)
+        request = BuildRequest(
+            agent_id="a", budget=300, now=at + timedelta(hours=2), role=role, phase="fix",
+            keywords=("auth", "cache"),
+        )  # fmt: skip
+        clear_caches()
+        fresh = retrieve(request, grown)
+        expected = (list(fresh.order), list(fresh.scores))
+        clear_caches()
+        retrieve(request, pool)
+        scored: list[int] = []
+        entries = retrieval._partial_entries
+
+        def spy(req: BuildRequest, items: list[Item], seen: list[int] = scored) -> list[Any]:
+            seen.append(len(items))
+            return entries(req, items)  # noqa: B023  (called before the loop moves on)
+
+        monkeypatch.setattr(retrieval, "_partial_entries", spy)
+        ranked = retrieve(request, grown)
+        monkeypatch.undo()
+        assert scored == [3]
+        assert (list(ranked.order), list(ranked.scores)) == expected
