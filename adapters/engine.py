@@ -23,7 +23,7 @@ import msgspec
 
 from ctxledger.adapters.boundary import checked
 from ctxledger.adapters.clock import SystemClock
-from ctxledger.adapters.ledger import Ledger, open_ledger, stream_id_for
+from ctxledger.adapters.ledger import Ledger, Recorded, open_ledger, stream_id_for
 from ctxledger.adapters.logs import build_span
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.secret_scan import SecretScanner
@@ -273,8 +273,11 @@ class ContextEngine:
                 events = list(decide(version))
                 if not events:
                     return []
+                read_back: list[Recorded] = []
                 try:
-                    self.ledger.append(stream, events, expected_version=version)
+                    self.ledger.append(
+                        stream, events, expected_version=version, read_back=read_back
+                    )
                 except ConflictError:
                     if attempt == retries - 1:
                         raise
@@ -292,11 +295,14 @@ class ContextEngine:
                 )
                 time.sleep(random.uniform(0, 0.002 * 2**attempt))
                 continue
-            self._appended(len(events))
+            self._appended(len(events), read_back)
             return events
         return []  # pragma: no cover - the loop returns or raises
 
-    def _appended(self, count: int) -> None:
+    def _appended(self, count: int, read_back: Sequence[Recorded]) -> None:
+        """Fold what was just appended — straight from *read_back* (the events as decoded from
+        the bytes stored) when they are the log's next positions — and anything else new."""
+        self.runner.fold_appended(read_back)
         self.runner.catch_up()
         self._since_save += count
         if self._since_save >= self.settings.save_every:
@@ -967,8 +973,9 @@ class ContextEngine:
             latest_user_input=latest_user_input,
             previous=memo[1] if memo and memo[0] == ag.current.last_pack_id else None,
         )
+        read_back: list[Recorded] = []
         try:
-            self.ledger.append(stream, record.events, expected_version=version)
+            self.ledger.append(stream, record.events, expected_version=version, read_back=read_back)
         except ConflictError:
             self._close(stream, started, interrupted=True, reason=_SUPERSEDED)
             raise _Superseded from None
@@ -978,7 +985,7 @@ class ContextEngine:
         # Dropped before the fold: a snapshot still held here would make the live folds copy
         # the agent's decisions and pool instead of extending them in place (drafts.holders).
         del ag, view, memo
-        self._appended(len(record.events))
+        self._appended(len(record.events), read_back)
         level = logging.INFO if record.kind == "rebuild" else logging.DEBUG
         if _log.isEnabledFor(level):  # the summary costs a pass over the pack's items
             pack = record.pack

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import operator
 import os
 import secrets
 import sqlite3
@@ -46,7 +47,7 @@ from ctxledger.adapters.stream_locks import (
     StreamLocks,
 )
 from ctxledger.domain.chain import chain_start, link, with_prev
-from ctxledger.domain.codec import decode_event, encode_checked
+from ctxledger.domain.codec import decode_event, encode_read_back
 from ctxledger.domain.errors import (
     ConflictError,
     CtxLedgerError,
@@ -236,12 +237,20 @@ class Ledger:
         return rows[0].originator_version if rows else 0
 
     def append(
-        self, stream_id: str, events: Sequence[Event], *, expected_version: int
+        self,
+        stream_id: str,
+        events: Sequence[Event],
+        *,
+        expected_version: int,
+        read_back: list[Recorded] | None = None,
     ) -> list[Recorded]:
         """Append *events* to *stream_id* if its version is *expected_version*; atomic.
 
         Returns the events as recorded (global position, stream version). A stream that
-        moved raises ConflictError and nothing is written.
+        moved raises ConflictError and nothing is written. Given a *read_back* list, it is
+        filled with the events as decoded from the bytes stored — what any reader of those
+        rows gets — when that is known here: the content is not encrypted and the positions
+        are known (else it stays empty).
         """
         if not events:
             return []
@@ -267,16 +276,26 @@ class Ledger:
                 else chain_start(stream_id)
             )
             stored: list[StoredEvent] = []
+            back: list[Event] = []
             op = secrets.token_hex(8)  # this append's idempotency key, in its first payload
+            plain = not self.keyring.encrypted
             sealed = self.keyring.seal_events(events)  # as is, unless content is encrypted
+            plain = plain and all(map(operator.is_, sealed, events))
             for version, event in enumerate(sealed, start=expected_version + 1):
-                topic, payload = encode_checked(event)  # reads back, or nothing is stored
+                # reads back, or nothing is stored
+                topic, payload, decoded = encode_read_back(event)
+                back.append(decoded)
                 payload = with_prev(payload, prev, op if not stored else "")
                 stored.append(StoredEvent(stream_id, version, topic, payload))
                 prev = link(topic, version, payload)
             positions = self._insert(stream_id, expected_version, stored)
         if not positions or len(positions) != len(stored):
             positions = [0] * len(stored)
+        elif read_back is not None and plain:
+            read_back += [
+                Recorded(int(pos), stream_id, s.originator_version, e)
+                for pos, s, e in zip(positions, stored, back, strict=True)
+            ]
         return [
             Recorded(int(pos), stream_id, s.originator_version, ev)
             for pos, s, ev in zip(positions, stored, events, strict=True)

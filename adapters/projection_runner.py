@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ctxledger.adapters.ledger import Ledger, Page
+from ctxledger.adapters.ledger import Ledger, Page, Recorded
 from ctxledger.domain.errors import DecodeError
 from ctxledger.domain.events import Event
 from ctxledger.projections.batch import LiveFolds, fold_stream
@@ -190,6 +190,20 @@ class ProjectionRunner:
         self.position = page.last
         self.applied += len(page.events)
         return len(page.events)
+
+    def fold_appended(self, recorded: Sequence[Recorded]) -> bool:
+        """Fold events this process has just appended, as read back from the bytes stored
+        (``Ledger.append``'s *read_back*), when they are the log's next positions: nothing
+        else landed since this runner's position, so they are what ``catch_up`` would read.
+        False, and nothing folded, otherwise (``catch_up`` then reads them)."""
+        start = self.position + 1
+        if not recorded or any(r.position != start + n for n, r in enumerate(recorded)):
+            return False
+        with gc_paused():
+            self._live.feed([r.event for r in recorded])
+        self.position = recorded[-1].position
+        self.applied += len(recorded)
+        return True
 
     def catch_up(self) -> int:
         """Fold events appended since the last look, in memory (``save`` persists them)."""

@@ -15,7 +15,14 @@ from ctxledger.domain.errors import (
 )
 from ctxledger.domain.events import EVENT_TYPES, UPCASTERS, Event, EventBase, Upcaster, topic_of
 
-__all__ = ["check_struct", "decode_event", "encode_checked", "encode_event", "parse_topic"]
+__all__ = [
+    "check_struct",
+    "decode_event",
+    "encode_checked",
+    "encode_event",
+    "encode_read_back",
+    "parse_topic",
+]
 
 _ENCODER = msgspec.json.Encoder()
 _DECODERS: dict[str, msgspec.json.Decoder[Any]] = {
@@ -34,6 +41,14 @@ def encode_checked(event: EventBase) -> tuple[str, bytes]:
     read it back: msgspec encodes whatever it is given (a float where the schema says int,
     a bool, None, an out-of-range count), and one such event would make every later reader
     of the ledger fail. InvalidInputError names the event and the field; nothing is stored."""
+    topic, payload, _ = encode_read_back(event)
+    return topic, payload
+
+
+def encode_read_back(event: EventBase) -> tuple[str, bytes, Event]:
+    """``encode_checked``, and the event its payload decodes to: what every reader of the
+    stored row gets (the storage fields a ledger adds in front, ``prev`` and ``op``, are
+    ignored by the decoder)."""
     name = type(event).__name__
     try:
         topic, payload = encode_event(event)
@@ -45,12 +60,12 @@ def encode_checked(event: EventBase) -> tuple[str, bytes]:
     if decoder is None:
         raise InvalidInputError(f"{name} is not in the event catalogue")
     try:
-        decoder.decode(payload)
+        back: Event = decoder.decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError, ValueError, TypeError) as exc:
         raise InvalidInputError(f"{name} would not read back: {exc}") from None
     except RecursionError:
         raise InvalidInputError(f"{name} nests too deeply") from None
-    return topic, payload
+    return topic, payload, back
 
 
 _STRUCT_DECODERS: dict[type[Any], msgspec.json.Decoder[Any]] = {}

@@ -12,12 +12,13 @@ import pytest
 from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, given, settings
 
-from ctxledger.adapters.ledger import Ledger, open_ledger
+from ctxledger.adapters.ledger import Ledger, Recorded, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
 from ctxledger.adapters.testing import events
 from ctxledger.domain import events as ev
 from ctxledger.domain.codec import encode_event
 from ctxledger.domain.errors import ConflictError, DecodeError, StoreURLError
+from ctxledger.domain.model import Item, Layer, Source
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
 _streams = itertools.count(1)
@@ -120,8 +121,41 @@ def test_projection_runner_resumes_after_restart(store_url: str) -> None:
 def test_every_event_type_round_trips(store_url: str, event: ev.Event) -> None:
     ledger = _ledger_for(store_url)
     stream = f"rt-{next(_streams)}"
-    ledger.append(stream, [event], expected_version=0)
+    back: list[Recorded] = []
+    ledger.append(stream, [event], expected_version=0, read_back=back)
     assert [r.event for r in ledger.read_stream(stream)] == [event]
+    # what the append read back is what a reader of the row gets
+    (row,) = ledger.read_all(after=ledger.max_position() - 1)
+    assert [(r.position, r.stream_id, r.version, r.event) for r in back] == [
+        (row.position, stream, 1, row.event)
+    ]
+
+
+def test_a_runner_folds_an_append_as_read_back_only_at_the_next_positions(
+    store_url: str,
+) -> None:
+    """``fold_appended`` folds the events an append read back when they directly follow
+    the runner's position — the same models as reading them — and declines (folding
+    nothing) when something else landed in between, which ``catch_up`` then reads."""
+    with open_ledger(store_url) as ledger:
+        runner = ProjectionRunner(ledger)
+        back: list[Recorded] = []
+        started = ev.ContextBuildingStarted(at=AT, agent_id="a", pack_id="p")
+        ledger.append("s", [started], expected_version=0, read_back=back)
+        assert runner.fold_appended(back)
+        assert runner.position == back[-1].position == ledger.max_position()
+        first: list[Recorded] = []
+        ledger.append("s", [pinned(1)], expected_version=1, read_back=first)
+        second: list[Recorded] = []
+        built = ev.ContextPackBuilt(at=AT, agent_id="a", pack_id="p")
+        ledger.append("s", [built, pinned(2)], expected_version=2, read_back=second)
+        assert not runner.fold_appended(second)  # the first append lies in between
+        assert runner.position == back[-1].position
+        assert runner.catch_up() == 3
+        states, count, _ = replay_states(ledger)
+        assert count == 4
+        for name, state in states.items():
+            assert encode_state(runner.states[name]) == encode_state(state)
 
 
 _open: dict[str, Ledger] = {}
@@ -201,3 +235,21 @@ def test_a_stale_head_from_stream_version_is_still_a_conflict(store_url: str) ->
         with pytest.raises(ConflictError):
             ledger.append("s", [pinned(3)], expected_version=1)
         assert [r.event for r in ledger.read_stream("s")] == [pinned(1), pinned(2)]
+
+
+def test_an_encrypted_append_reads_nothing_back(tmp_path: Path) -> None:
+    """Sealed text reads back sealed: what a reader gets is opened by the keyring, so an
+    append to an encrypting ledger leaves *read_back* empty (its runner reads the rows)."""
+    url = f"sqlite:///{tmp_path / 'sealed.db'}"
+    with open_ledger(url, master_key=b"k" * 32, encrypt=True) as ledger:
+        back: list[Recorded] = []
+        text = ev.SteeringNoteAdded(
+            at=AT,
+            agent_id="a",
+            item=Item(
+                id="n1", content="keep the retry", layer=Layer.L1, source=Source.STEERING_NOTE
+            ),
+        )
+        ledger.append("s", [text], expected_version=0, read_back=back)
+        assert back == []
+        assert [r.event for r in ledger.read_all()] == [text]
