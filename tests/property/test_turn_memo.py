@@ -166,15 +166,16 @@ class TurnMemoMachine(RuleBasedStateMachine):
 
     @rule(kind=st.sampled_from(["rebuild", "refresh"]))
     def manual(self, kind: str) -> None:
+        engine = self.memo_engine
+        before = engine.agent(self.agent).current.number
         if kind == "rebuild":
             self.both(lambda e: e.rebuild(self.agent, reason="test"))
         else:
             self.both(lambda e: e.refresh(self.agent, reason="test"))
-        # The generation's first pack left the memo the next turn plans on (the invariant
+        # A new generation's first pack left the memo the next turn plans on (the invariant
         # below holds it equal to recomputing it): no pass over the history on that turn.
-        engine = self.memo_engine
         gen = engine.agent(self.agent).current
-        if gen.decisions:
+        if gen.number != before and gen.decisions:
             memo = engine._turns.get(self.agent)
             assert memo is not None
             assert (memo.pack_id, memo.generation) == (gen.last_pack_id, gen.number)
