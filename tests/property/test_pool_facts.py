@@ -115,9 +115,9 @@ def test_a_version_that_extends_another_scores_only_the_items_recorded_since(
     at = datetime(2025, 3, 1, tzinfo=UTC)
     pool = [
         Item(
-            id=f"i{k:02d}", content=("auth ", "retry ", "cache auth ")[k % 3] * (k % 5 + 1), layer=Layer.L2,
-            source=Source.TOOL_LOG,
-            observed_at=at + timedelta(minutes=k), phase=("fix", "plan", "")[k % 3],
+            id=f"i{k:02d}", content=("auth ", "retry ", "cache auth ")[k % 3] * (k % 5 + 1),
+            layer=Layer.L2, source=Source.TOOL_LOG, observed_at=at + timedelta(minutes=k),
+            phase=("fix", "plan", "")[k % 3],
         )
         for k in range(40)
     ]  # fmt: skip
