@@ -118,12 +118,18 @@ def whole_decisions(plan: BuildPlan, verified_ids: Collection[str]) -> dict[str,
     touching only the decisions that are not dropped: the rest (at 10k items, all but a few
     hundred) are copied in one C-level step. A property test holds it equal to
     ``final_decisions``."""
+    return _whole(plan, verified_ids)[0]
+
+
+def _whole(plan: BuildPlan, verified_ids: Collection[str]) -> tuple[dict[str, Decision], list[str]]:
+    """``whole_decisions`` and the ids of the decisions that are not dropped, in order (a
+    rebuild's carried ids and its included count: one pass over the decisions for all)."""
     result = plan.result
     decisions = dict(result.decisions)
     sent_mask = map(operator.ne, map(_ACTION, decisions.values()), itertools.repeat("dropped"))
     sent = [*itertools.compress(decisions, sent_mask)]
     if not sent:
-        return decisions
+        return decisions, sent
     items_by_id = {i.id: i for i in result.items}
     for k in sent:
         d = decisions[k]
@@ -132,7 +138,7 @@ def whole_decisions(plan: BuildPlan, verified_ids: Collection[str]) -> dict[str,
         if k in verified_ids:
             d = msgspec.structs.replace(d, verified=True)
         decisions[k] = d
-    return decisions
+    return decisions, sent
 
 
 def append_decisions(
@@ -206,6 +212,9 @@ def record_build(
     now = request.now
     number = gen.number
     previous_decisions = gen.decisions
+    sent: list[str] | None = None
+    if plan.kind != "append":
+        decisions, sent = _whole(plan, verified_ids)
     if plan.kind == "rebuild":
         number = gen.number + 1
         events.append(
@@ -220,7 +229,7 @@ def record_build(
                 phase=request.phase,
                 strategy=request.strategy,
                 budget=request.budget,
-                carried=tuple(i for i, d in plan.result.decisions.items() if d.action != "dropped"),
+                carried=tuple(sent or ()),
             )
         )
         previous_decisions = {}
@@ -233,7 +242,6 @@ def record_build(
         ]
         selection = updated_selection_hash(gen.selection_hash, replaced, changed)
     else:
-        decisions = whole_decisions(plan, verified_ids)
         changed, retired = decision_delta(previous_decisions, decisions)
         if not previous_decisions:  # the generation's first pack: its decisions are these
             opened = decisions
@@ -326,7 +334,11 @@ def record_build(
             retired=retired,
             order_appended=appended,
             selection_hash=selection,
-            included_count=_included(plan, ctx, decisions, changed, previous_decisions),
+            included_count=(
+                len(sent)
+                if sent is not None  # (a build that is not an append listed them)
+                else _included(plan, ctx, decisions, changed, previous_decisions)
+            ),
             compression=result.metadata,
             prefix_hash=prompt.prefix_hash,
             prompt_bytes=len(prompt_bytes),

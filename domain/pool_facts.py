@@ -22,6 +22,7 @@ from ctxledger.domain.ports import TokenCounter
 __all__ = ["Omissions", "Parts", "PoolFacts", "pool_facts"]
 
 K = TypeVar("K")
+V = TypeVar("V")
 _L4 = Layer.L4
 _STEERING_NOTE = Source.STEERING_NOTE
 _MAX_VERSIONS = 2  # pool versions kept (the one being built, the one before)
@@ -177,7 +178,7 @@ class PoolFacts:
         out.versions = {key: ks for key, ks in versions.items() if len(ks) > 1}
         out.staged = [*self.staged, *((k + n, stage) for k, stage in rest.staged)]
         out._tokens = {}
-        out._token_prefix = {**self._token_prefix, **self._tokens}
+        out._token_prefix = _carried(self._token_prefix, list(self._tokens.items()))
         out._chrono = None
         out._included = dict(self._included)
         added = [None] * len(rest.items)
@@ -272,12 +273,10 @@ class PoolFacts:
         return self._chrono
 
 
-def _carried(
-    known: dict[tuple[object, ...], Parts | None],
-    newer: list[tuple[tuple[object, ...], Parts | None]],
-) -> dict[tuple[object, ...], Parts | None]:
-    """Score parts per query carried to a version that extends this one: the ones it carried
-    with this version's own (newer) replacing them, the newest ``_PREFIX_MAX`` kept."""
+def _carried(known: dict[K, V], newer: list[tuple[K, V]]) -> dict[K, V]:
+    """What a version knows of a prefix of its items (per counter its token counts, per
+    query its score parts), carried to a version that extends it: what it carried, with its
+    own (*newer*) replacing that, the newest ``_PREFIX_MAX`` kept."""
     out = dict(known)
     for key, parts in newer:
         out.pop(key, None)
@@ -288,7 +287,7 @@ def _carried(
 
 
 _PREFIX_MAX = 16
-"""Queries whose score parts a version carries to the next (as many as it remembers)."""
+"""Counters or queries a version carries to the next (as many queries as it remembers)."""
 
 
 def _joined(known: dict[K, list[int]], added: dict[K, list[int]], n: int) -> dict[K, list[int]]:
