@@ -196,6 +196,36 @@ def test_corrupt_row_is_a_decode_error_naming_its_position(tmp_path: Path) -> No
         assert ledger.load_projection("context_state") == saved
 
 
+@pytest.mark.parametrize("bad", [1, 63, 64, 65, 100, 150])
+@pytest.mark.parametrize("page", [7, 64, 1000])
+def test_the_stream_takes_every_event_before_a_damaged_row_then_names_it(
+    tmp_path: Path, bad: int, page: int
+) -> None:
+    # The stream decodes runs of rows together (``_DECODE_RUN``: 64); a damaged row in a run,
+    # at its edges or in a page of its own, still comes after every event before it.
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with open_ledger(url) as ledger:
+        ledger.append("s", [pinned(i) for i in range(1, 151)], expected_version=0)
+        log = [r.event for r in ledger.read_all()]
+    con = sqlite3.connect(tmp_path / "l.db")
+    con.execute("UPDATE ctxledger_events SET state=substr(state,1,20) WHERE rowid=?", (bad,))
+    con.commit()
+    con.close()
+    taken: list[ev.Event] = []
+    with open_ledger(url) as ledger:
+        with pytest.raises(DecodeError) as info:
+            taken.extend(ledger.events(page=page))  # (extend keeps what came before the error)
+        assert info.value.position == bad
+        assert taken == log[: bad - 1]
+        # the same rows read by pages: the page holding the damage is refused whole
+        good = [
+            e
+            for p in ledger.read_pages(upto=((bad - 1) // page) * page, page=page)
+            for e in p.events
+        ]
+        assert good == log[: ((bad - 1) // page) * page]
+
+
 def test_unknown_type_name_in_the_log_is_typed(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'l.db'}"
     with open_ledger(url) as ledger:
