@@ -677,9 +677,10 @@ as it is taken); a whole page at once is slower again."""
 
 class EventStream:
     """The events of a stretch of the log, read a page of rows at a time and decoded a run
-    of rows at a time as they are taken (see ``Ledger.events``). ``count`` and ``last`` are the number of
-    events of the pages taken whole and the position of the last of them (*after* before
-    the first page): once the stream is exhausted, every event's."""
+    of rows at a time (``_DECODE_RUN``; see ``Ledger.events``): iterate it for the events
+    one by one, or take ``runs()``. ``count`` and ``last`` are the number of events of the
+    runs taken whole and the position of the last of them (*after* before the first run):
+    once the stream is exhausted, every event's."""
 
     __slots__ = ("_ledger", "_page", "_upto", "count", "last")
 
@@ -691,28 +692,48 @@ class EventStream:
         self.last = after
 
     def __iter__(self) -> Iterator[Event]:
+        keyring = self._ledger.keyring
+        for part in self._parts():
+            events: Iterable[Event]
+            try:
+                events = _decode_run(part)
+            except Exception:  # row by row: the events before a bad row first
+                events = (_decode_row(pos, topic, state) for pos, topic, state in part)
+            if keyring.encrypted:
+                events = map(keyring.open_event, events)
+            yield from events
+            self._taken(part)
+
+    def runs(self) -> Iterator[list[Event]]:
+        """The events a run at a time, each run decoded whole: a run holding a row that does
+        not decode raises that row's DecodeError and hands out none of its events, so a
+        reader folding runs stops at the end of the last complete one (``count`` and
+        ``last`` cover the runs handed out)."""
+        keyring = self._ledger.keyring
+        for part in self._parts():
+            events = keyring.open_events(_decode_events(part))
+            self._taken(part)
+            yield events
+
+    def _parts(self) -> Iterator[Sequence[Sequence[Any]]]:
+        """The rows after ``last``, ``(position, topic, state)``, in runs of at most
+        ``_DECODE_RUN`` (of at most the page size), a page read at a time."""
         ledger = self._ledger
         select = ledger._backend.select_rows
-        keyring = ledger.keyring
-        page, upto, run = self._page, self._upto, _DECODE_RUN
+        page, upto = self._page, self._upto
+        run = min(page, _DECODE_RUN)
+        after = self.last
         while True:
-            rows = ledger._call(select, self.last, upto, page, streams=False)
-            opened = keyring.open_event if keyring.encrypted else None
+            rows = ledger._call(select, after, upto, page, streams=False)
             for at in range(0, len(rows), run):
-                part = rows[at : at + run]
-                events: Iterable[Event]
-                try:
-                    events = _decode_run(part)
-                except Exception:  # row by row: the events before a bad row first
-                    events = (_decode_row(pos, topic, state) for pos, topic, state in part)
-                if opened is not None:
-                    events = map(opened, events)
-                yield from events
-            if rows:
-                self.count += len(rows)
-                self.last = rows[-1][0]
+                yield rows[at : at + run]
             if len(rows) < page:
                 return
+            after = rows[-1][0]
+
+    def _taken(self, part: Sequence[Sequence[Any]]) -> None:
+        self.count += len(part)
+        self.last = part[-1][0]
 
 
 # --- backends ---------------------------------------------------------------------------------

@@ -95,11 +95,13 @@ def replay_states(
 class ProjectionRunner:
     """Folds new events into every read model and persists them with their position.
 
-    Events are folded a batch at a time (a page read whole, so a decode error leaves the
-    models at the last complete batch) and saved in one transaction with their position:
-    the persisted models are never partially applied. ``run_once`` saves when it has caught
-    up (and, on a long catch-up, every ``save_every_s`` seconds or more: re-encoding every
-    model per 1,000 events made opening an unsaved log quadratic)."""
+    Events are folded a batch at a time — ``run_once`` a run of up to 64 rows of a page
+    (``EventStream.runs``), ``catch_up`` a page — each decoded whole, so a decode error
+    leaves the models at the end of the last complete batch; they are saved in one
+    transaction with their position: the persisted models are never partially applied.
+    ``run_once`` saves when it has caught up (and, on a long catch-up, every
+    ``save_every_s`` seconds or more: re-encoding every model per 1,000 events made opening
+    an unsaved log quadratic)."""
 
     def __init__(
         self,
@@ -216,22 +218,21 @@ class ProjectionRunner:
     def run_once(self) -> int:
         """Catch up with the log and persist the models; returns the number of events applied.
 
-        A row that does not decode stops it: the batches before it are saved, then the
+        A row that does not decode stops it: the runs before it are saved, then the
         DecodeError is raised."""
         total = 0
         last_save = time.monotonic()
+        stream = self.ledger.events(after=self.position, page=self.batch_size)
         with gc_paused():
             try:
-                while True:
-                    page = self.ledger.read_page(after=self.position, limit=self.batch_size)
-                    if not page.events:
-                        break
-                    total += self._fold(page)
+                for events in stream.runs():
+                    self._live.feed(events)
+                    self.position = stream.last
+                    self.applied += len(events)
+                    total += len(events)
                     if time.monotonic() - last_save >= self._save_interval():
                         self.save()
                         last_save = time.monotonic()
-                    if len(page.events) < self.batch_size:
-                        break
             except DecodeError:
                 self._save_if_behind()
                 raise

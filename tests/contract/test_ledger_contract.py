@@ -226,6 +226,33 @@ def test_the_stream_takes_every_event_before_a_damaged_row_then_names_it(
         assert good == log[: ((bad - 1) // page) * page]
 
 
+@pytest.mark.parametrize(("batch", "kept"), [(2000, 64), (64, 64), (7, 98), (1, 99)])
+def test_the_runner_stops_at_the_last_complete_run_before_a_damaged_row(
+    tmp_path: Path, batch: int, kept: int
+) -> None:
+    # ``run_once`` folds runs of up to 64 rows of a page, each decoded whole: the run holding
+    # the damaged row (position 100) is not folded, every run before it is, and saved.
+    url = f"sqlite:///{tmp_path / 'l.db'}"
+    with open_ledger(url) as ledger:
+        ledger.append("s", [pinned(i) for i in range(1, 151)], expected_version=0)
+    con = sqlite3.connect(tmp_path / "l.db")
+    con.execute("UPDATE ctxledger_events SET state=substr(state,1,20) WHERE rowid=100")
+    con.commit()
+    con.close()
+    with open_ledger(url) as ledger:
+        runner = ProjectionRunner(ledger, batch_size=batch)
+        with pytest.raises(DecodeError) as info:
+            runner.run_once()
+        assert info.value.position == 100
+        assert runner.position == kept
+        expected, count, _ = replay_states(ledger, upto=kept)
+        assert count == kept
+        assert {n: encode_state(s) for n, s in runner.states.items()} == {
+            n: encode_state(s) for n, s in expected.items()
+        }
+        assert ProjectionRunner(ledger).position == kept  # saved there
+
+
 def test_unknown_type_name_in_the_log_is_typed(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'l.db'}"
     with open_ledger(url) as ledger:
