@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ctxledger.adapters.ledger import Ledger, Page, Recorded
+from ctxledger.adapters.ledger import Ledger, Recorded
 from ctxledger.domain.errors import DecodeError
 from ctxledger.domain.events import Event
 from ctxledger.projections.batch import LiveFolds, fold_stream
@@ -95,13 +95,12 @@ def replay_states(
 class ProjectionRunner:
     """Folds new events into every read model and persists them with their position.
 
-    Events are folded a batch at a time — ``run_once`` a run of up to 64 rows of a page
-    (``EventStream.runs``), ``catch_up`` a page — each decoded whole, so a decode error
-    leaves the models at the end of the last complete batch; they are saved in one
-    transaction with their position: the persisted models are never partially applied.
-    ``run_once`` saves when it has caught up (and, on a long catch-up, every
-    ``save_every_s`` seconds or more: re-encoding every model per 1,000 events made opening
-    an unsaved log quadratic)."""
+    Events are folded a run at a time (up to 64 rows of a page, ``EventStream.runs``), each
+    run decoded whole, so a decode error leaves the models at the end of the last complete
+    run; they are saved in one transaction with their position: the persisted models are
+    never partially applied. ``run_once`` saves when it has caught up (and, on a long
+    catch-up, every ``save_every_s`` seconds or more: re-encoding every model per 1,000
+    events made opening an unsaved log quadratic)."""
 
     def __init__(
         self,
@@ -186,12 +185,12 @@ class ProjectionRunner:
         self._saved_position = self.position
         self._save_seconds = time.monotonic() - started
 
-    def _fold(self, page: Page) -> int:
-        """Fold one page; returns its number of events."""
-        self._live.feed(page.events)
-        self.position = page.last
-        self.applied += len(page.events)
-        return len(page.events)
+    def _fold(self, events: list[Event], last: int) -> int:
+        """Fold one run of events, the last at position *last*; returns how many."""
+        self._live.feed(events)
+        self.position = last
+        self.applied += len(events)
+        return len(events)
 
     def fold_appended(self, recorded: Sequence[Recorded]) -> bool:
         """Fold events this process has just appended, as read back from the bytes stored
@@ -210,9 +209,10 @@ class ProjectionRunner:
     def catch_up(self) -> int:
         """Fold events appended since the last look, in memory (``save`` persists them)."""
         total = 0
+        stream = self.ledger.events(after=self.position, page=self.batch_size)
         with gc_paused():
-            for page in self.ledger.read_pages(after=self.position, page=self.batch_size):
-                total += self._fold(page)
+            for events in stream.runs():
+                total += self._fold(events, stream.last)
         return total
 
     def run_once(self) -> int:
@@ -226,10 +226,7 @@ class ProjectionRunner:
         with gc_paused():
             try:
                 for events in stream.runs():
-                    self._live.feed(events)
-                    self.position = stream.last
-                    self.applied += len(events)
-                    total += len(events)
+                    total += self._fold(events, stream.last)
                     if time.monotonic() - last_save >= self._save_interval():
                         self.save()
                         last_save = time.monotonic()

@@ -230,8 +230,9 @@ def test_the_stream_takes_every_event_before_a_damaged_row_then_names_it(
 def test_the_runner_stops_at_the_last_complete_run_before_a_damaged_row(
     tmp_path: Path, batch: int, kept: int
 ) -> None:
-    # ``run_once`` folds runs of up to 64 rows of a page, each decoded whole: the run holding
-    # the damaged row (position 100) is not folded, every run before it is, and saved.
+    # ``run_once`` and ``catch_up`` fold runs of up to 64 rows of a page, each decoded whole:
+    # the run holding the damaged row (position 100) is not folded, every run before it is
+    # (and ``run_once`` saves them).
     url = f"sqlite:///{tmp_path / 'l.db'}"
     with open_ledger(url) as ledger:
         ledger.append("s", [pinned(i) for i in range(1, 151)], expected_version=0)
@@ -240,11 +241,19 @@ def test_the_runner_stops_at_the_last_complete_run_before_a_damaged_row(
     con.commit()
     con.close()
     with open_ledger(url) as ledger:
+        in_memory = ProjectionRunner(ledger, batch_size=batch)
+        with pytest.raises(DecodeError):
+            in_memory.catch_up()  # the same runs, nothing saved
+        assert in_memory.position == kept
+        assert ledger.load_projection("pool") is None
         runner = ProjectionRunner(ledger, batch_size=batch)
         with pytest.raises(DecodeError) as info:
             runner.run_once()
         assert info.value.position == 100
         assert runner.position == kept
+        assert {n: encode_state(s) for n, s in in_memory.states.items()} == {
+            n: encode_state(s) for n, s in runner.states.items()
+        }
         expected, count, _ = replay_states(ledger, upto=kept)
         assert count == kept
         assert {n: encode_state(s) for n, s in runner.states.items()} == {
