@@ -196,6 +196,20 @@ def test_corrupt_row_is_a_decode_error_naming_its_position(tmp_path: Path) -> No
         assert ledger.load_projection("context_state") == saved
 
 
+def _damaged_log(path: Path, bad: int) -> tuple[str, list[ev.Event]]:
+    """A SQLite log of 150 events whose row *bad* no longer decodes: its url, and the events
+    as they were before the damage."""
+    url = f"sqlite:///{path}"
+    with open_ledger(url) as ledger:
+        ledger.append("s", [pinned(i) for i in range(1, 151)], expected_version=0)
+        log = [r.event for r in ledger.read_all()]
+    con = sqlite3.connect(path)
+    con.execute("UPDATE ctxledger_events SET state=substr(state,1,20) WHERE rowid=?", (bad,))
+    con.commit()
+    con.close()
+    return url, log
+
+
 @pytest.mark.parametrize("bad", [1, 63, 64, 65, 100, 150])
 @pytest.mark.parametrize("page", [7, 64, 1000])
 def test_the_stream_takes_every_event_before_a_damaged_row_then_names_it(
@@ -203,14 +217,7 @@ def test_the_stream_takes_every_event_before_a_damaged_row_then_names_it(
 ) -> None:
     # The stream decodes runs of rows together (``_DECODE_RUN``: 64); a damaged row in a run,
     # at its edges or in a page of its own, still comes after every event before it.
-    url = f"sqlite:///{tmp_path / 'l.db'}"
-    with open_ledger(url) as ledger:
-        ledger.append("s", [pinned(i) for i in range(1, 151)], expected_version=0)
-        log = [r.event for r in ledger.read_all()]
-    con = sqlite3.connect(tmp_path / "l.db")
-    con.execute("UPDATE ctxledger_events SET state=substr(state,1,20) WHERE rowid=?", (bad,))
-    con.commit()
-    con.close()
+    url, log = _damaged_log(tmp_path / "l.db", bad)
     taken: list[ev.Event] = []
     with open_ledger(url) as ledger:
         with pytest.raises(DecodeError) as info:
@@ -233,13 +240,7 @@ def test_the_runner_stops_at_the_last_complete_run_before_a_damaged_row(
     # ``run_once`` and ``catch_up`` fold runs of up to 64 rows of a page, each decoded whole:
     # the run holding the damaged row (position 100) is not folded, every run before it is
     # (and ``run_once`` saves them).
-    url = f"sqlite:///{tmp_path / 'l.db'}"
-    with open_ledger(url) as ledger:
-        ledger.append("s", [pinned(i) for i in range(1, 151)], expected_version=0)
-    con = sqlite3.connect(tmp_path / "l.db")
-    con.execute("UPDATE ctxledger_events SET state=substr(state,1,20) WHERE rowid=100")
-    con.commit()
-    con.close()
+    url, _ = _damaged_log(tmp_path / "l.db", 100)
     with open_ledger(url) as ledger:
         in_memory = ProjectionRunner(ledger, batch_size=batch)
         with pytest.raises(DecodeError):
