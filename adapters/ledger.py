@@ -66,7 +66,6 @@ __all__ = [
     "Ledger",
     "LedgerUnavailableError",
     "UNAVAILABLE_AFTER_S",
-    "Page",
     "QUARANTINE_TABLE",
     "Quarantined",
     "Recorded",
@@ -92,15 +91,6 @@ _UNREAD: Any = object()
 def stream_id_for(session_id: str, agent_id: str) -> str:
     """The stream of one agent's context: deterministic from session and agent."""
     return f"ctx/{session_id}/{agent_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """Events read in one go, oldest first, and the position of the last one: what a replay
-    needs of the stored rows (no stream, version or position per event)."""
-
-    events: list[Event]
-    last: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,34 +353,13 @@ class Ledger:
                 return
             after = rows[-1][0]
 
-    def read_page(self, *, after: int = 0, limit: int = _PAGE, upto: int | None = None) -> Page:
-        """Up to *limit* events after position *after* (and at most at *upto*), decoded whole:
-        a row that does not decode raises its DecodeError and nothing of the page is
-        returned, so a fold of pages is never partial. No events: ``last`` is *after*."""
-        rows = self._call(self._backend.select_rows, after, upto, limit, streams=False)
-        events = self.keyring.open_events(_decode_events(rows))
-        return Page(events, rows[-1][0] if rows else after)
-
-    def read_pages(
-        self, *, after: int = 0, upto: int | None = None, page: int = _PAGE
-    ) -> Iterator[Page]:
-        """The log after position *after* (up to *upto*) in pages of at most *page* events:
-        the replay path (see ``read_page``)."""
-        while True:
-            found = self.read_page(after=after, limit=page, upto=upto)
-            if found.events:
-                yield found
-            if len(found.events) < page:
-                return
-            after = found.last
-
     def events(self, *, after: int = 0, upto: int | None = None, page: int = _PAGE) -> EventStream:
         """The log after position *after* (up to *upto*) as one stream of events, decoded a
         few dozen rows at a time as the reader comes to them (``_DECODE_RUN``): the replay
-        path of ``replay_states``. Unlike ``read_pages`` no page of decoded events is ever
-        alive at once (a replay folds each event while its bytes are still in the cache). A
-        row that does not decode raises its DecodeError when reached, after the events
-        before it were taken."""
+        path of ``replay_states`` (``EventStream.runs``: the projection runner's). No page of
+        decoded events is ever alive at once (a replay folds each event while its bytes are
+        still in the cache). A row that does not decode raises its DecodeError when reached,
+        after the events before it were taken."""
         return EventStream(self, after, upto, page)
 
     def follow(

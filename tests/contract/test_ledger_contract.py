@@ -224,13 +224,14 @@ def test_the_stream_takes_every_event_before_a_damaged_row_then_names_it(
             taken.extend(ledger.events(page=page))  # (extend keeps what came before the error)
         assert info.value.position == bad
         assert taken == log[: bad - 1]
-        # the same rows read by pages: the page holding the damage is refused whole
-        good = [
-            e
-            for p in ledger.read_pages(upto=((bad - 1) // page) * page, page=page)
-            for e in p.events
-        ]
-        assert good == log[: ((bad - 1) // page) * page]
+        # the same rows read by runs: the run holding the damage is refused whole
+        run = min(page, 64)
+        runs: list[list[ev.Event]] = []
+        stream = ledger.events(page=page)
+        with pytest.raises(DecodeError):
+            runs.extend(stream.runs())
+        assert [e for r in runs for e in r] == log[: ((bad - 1) // run) * run]
+        assert (stream.count, stream.last) == (((bad - 1) // run) * run,) * 2
 
 
 @pytest.mark.parametrize(("batch", "kept"), [(2000, 64), (64, 64), (7, 98), (1, 99)])
