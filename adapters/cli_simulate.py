@@ -45,6 +45,14 @@ StoreOpt = Annotated[
     ),
 ]
 
+WatermarkOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--watermark",
+        help="Rebuild target as a fraction of the budget, in (0, 0.9] (default: the engine's).",
+    ),
+]
+
 _WIDE = 170
 
 
@@ -72,6 +80,7 @@ def simulate(
     store: StoreOpt = None,
     as_json: JsonOpt = False,
     encrypt: EncryptOpt = None,
+    watermark: WatermarkOpt = None,
 ) -> None:
     """Replay a recorded agent run turn by turn through one engine and measure its prompts."""
     from ctxledger.adapters.simulate import simulate as run_simulate
@@ -85,6 +94,7 @@ def simulate(
         store_url=store,
         progress=_progress_wanted(),
         encrypt=encrypt,
+        watermark=watermark,
     )
     if as_json:
         _write_json(report.to_dict())
@@ -142,6 +152,7 @@ def compare(
     format: FormatOpt = "auto",
     store: StoreOpt = None,
     as_json: JsonOpt = False,
+    watermark: WatermarkOpt = None,
 ) -> None:
     """The same recorded run through several strategies: one row per strategy (a strategy
     whose run fails gets a row saying why; the others still run)."""
@@ -157,6 +168,7 @@ def compare(
         store_url=store,
         progress=_progress_wanted(),
         on_failure=lambda name, exc: failed.__setitem__(name, str(exc)),
+        watermark=watermark,
     )
     if not reports:
         first_name, why = next(iter(failed.items()))

@@ -1037,9 +1037,13 @@ class ContextEngine:
         memo = None
         if record.kind == "append" and view.turn is not None:
             memo = advance_memo(view.turn, built)
-        elif record.opened is not None:  # *pool*: the one planned on (a build adds no item)
+        elif record.opened is not None:  # *pool*: the one planned on, and what the build adds
             memo = memo_of_decisions(
-                record.opened, pool, pack_id=built.pack_id, generation=built.generation
+                record.opened,
+                pool,
+                pack_id=built.pack_id,
+                generation=built.generation,
+                added={i.id: i for i in record.recorded},
             )
         if memo is None:
             self._turns.pop(agent_id, None)

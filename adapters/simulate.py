@@ -31,6 +31,11 @@ from ctxledger.adapters.importers.items import (
     role_items,
     step_items,
 )
+from ctxledger.adapters.prompt_quality import (
+    NextActionRecall,
+    QualityTally,
+    StepFacts,
+)
 from ctxledger.domain.errors import BudgetError, CtxLedgerError, InvalidInputError
 from ctxledger.domain.model import AgentIdentity, Item
 from ctxledger.domain.ports import TokenCounter
@@ -117,6 +122,7 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     strategy: str
     budget: int
     window: int | None
+    watermark: float
     tokenizer: str
     generations: int
     refreshes: int
@@ -130,6 +136,11 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
     latest_observation_kept_fraction: KeptFraction | None
     recent_failures_present: float | None
     eviction_regret: float | None
+    next_action_recall: NextActionRecall
+    instructions_whole: float | None
+    order_inversions: int
+    observation_before_action: int
+    stale_failures_share: float
     prefix_reuse: float
     prefix_reuse_limit: float
     prefix_reuse_within_generation: float
@@ -313,14 +324,21 @@ def simulate_trajectory(
     progress: ProgressFn | None = None,
     on_prompt: PromptHook | None = None,
     encrypt: bool | None = None,
+    watermark: float | None = None,
 ) -> SimulationReport:
     """Drive one engine through an imported trajectory (see the module docstring).
-    *encrypt*: content encryption of a new store, as ``open_ledger`` says."""
+    *encrypt*: content encryption of a new store, as ``open_ledger`` says; *watermark*: the
+    agent's rebuild target (a fraction of the budget; None: the default)."""
     if budget <= 0:
         raise BudgetError(f"--budget must be a positive number of tokens, got {budget}")
     if window is not None and window <= 0:
         raise BudgetError(f"--window must be a positive number of tokens, got {window}")
     get_strategy(strategy)
+    settings = AgentSettings(strategy=strategy, budget=budget)
+    if watermark is not None:
+        if not 0 < watermark <= 0.9:
+            raise BudgetError(f"--watermark must be in (0, 0.9], got {watermark}")
+        settings = msgspec.structs.replace(settings, watermark=watermark)
     url = store_url or _temp_store()
     times = _step_times(traj)
     clock = StepClock(times[0] if times else FIXED_START)
@@ -340,7 +358,7 @@ def simulate_trajectory(
                 budget=budget,
                 session_id="simulate",
             ),
-            AgentSettings(strategy=strategy, budget=budget),
+            settings,
         )
         make = factory(engine.make_item, agent)
         objective = objective_item(traj, make, at=clock.now())
@@ -355,6 +373,20 @@ def simulate_trajectory(
             sum(len(render_item(i).encode("utf-8")) for i in engine.pool(agent).items.values())
         ]
         recorded: list[StepItems] = []
+        quality = QualityTally(
+            traj.role_texts,
+            traj.task,
+            [
+                StepFacts(
+                    action=s.action,
+                    observation=s.observation,
+                    failure=s.failure,
+                    command=s.command,
+                )
+                for s in traj.steps
+            ],
+        )
+        blocks: dict[str, tuple[int, str]] = {}  # item id → (step, part)
         kept: list[float] = []
         regret = _Regret()
         for n, step in enumerate(traj.steps):
@@ -392,6 +424,22 @@ def simulate_trajectory(
                 latest_hits += _in_prompt(recorded[-1].observation, result, text, compressed=True)
                 kept.append(_kept_fraction(recorded[-1].observation, result))
             regret.prompt(n, result, pool.items)
+            stale = {
+                items.observation.id
+                for k in quality.stale_steps(n)
+                if (items := recorded[k]).observation is not None
+            }
+            quality.prompt(
+                n,
+                text,
+                tokens,
+                blocks=[blocks[i] for i in result.prompt.order if i in blocks],
+                stale_tokens=sum(
+                    d.tokens_after
+                    for d in result.pack.decisions
+                    if d.item_id in stale and d.action != "dropped"
+                ),
+            )
             for back in recorded[-_HINT_STEPS:]:
                 if back.observation is not None and back.observation.failure:
                     failure_total += 1
@@ -400,6 +448,9 @@ def simulate_trajectory(
                 step_items(traj, step, make, at=times[n]), engine.record_many, agent
             )
             regret.observed(n + 1, items.all)
+            for part, item in (("action", items.action), ("observation", items.observation)):
+                if item is not None:
+                    blocks[item.id] = (n, part)
             recorded.append(items)
             transcript.append(
                 transcript[-1] + sum(len(render_item(i).encode("utf-8")) for i in items.all)
@@ -422,6 +473,7 @@ def simulate_trajectory(
         strategy=strategy,
         budget=budget,
         window=window,
+        watermark=settings.watermark,
         tokenizer=engine.counter.name,
         generations=len(gens),
         refreshes=sum(g.kind == "refresh" for g in gens),
@@ -443,6 +495,7 @@ def simulate_trajectory(
         ),
         eviction_regret=regret.value(),
         recent_failures_present=round(failure_hits / failure_total, 4) if failure_total else None,
+        **quality.fields(),
         prefix_reuse=round(tally.shared / tally.total, 4) if tally.total else 0.0,
         prefix_reuse_limit=round(limit_shared / limit_total, 4) if limit_total else 0.0,
         prefix_reuse_within_generation=(
@@ -506,6 +559,7 @@ def simulate(
     progress: bool = False,
     counter: TokenCounter | None = None,
     encrypt: bool | None = None,
+    watermark: float | None = None,
 ) -> SimulationReport:
     """Import *path* and simulate it with one strategy (a progress bar on stderr if asked)."""
     traj = load_trajectory(path, format)
@@ -520,6 +574,7 @@ def simulate(
             counter=counter,
             progress=update,
             encrypt=encrypt,
+            watermark=watermark,
         )
 
 
@@ -534,6 +589,7 @@ def compare(
     progress: bool = False,
     counter: TokenCounter | None = None,
     on_failure: Callable[[str, CtxLedgerError], None] | None = None,
+    watermark: float | None = None,
 ) -> list[SimulationReport]:
     """The same trajectory through several strategies (one agent each, one shared store).
 
@@ -558,6 +614,7 @@ def compare(
                     store_url=url,
                     counter=counter,
                     progress=update,
+                    watermark=watermark,
                 )
             except CtxLedgerError as exc:
                 if on_failure is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from typing import Literal
 
 import msgspec
@@ -59,6 +59,9 @@ class BuildRecord(msgspec.Struct, frozen=True, kw_only=True):
     stable_prompt: PromptParts | None = None
     """The prompt without its VOLATILE tail: what ``previous_prompt`` re-derives for the
     generation's next build (None for a decision point, which the generation never sees)."""
+    recorded: tuple[Item, ...] = ()
+    """Items the outcome records into the pool (the working set of a generation's first
+    pack)."""
     opened: dict[str, Decision] | None = None
     """The generation's whole decision map, in its order, when this build is its first pack
     (a rebuild, or the first build of a new or refreshed generation): what the engine derives
@@ -200,13 +203,17 @@ def record_build(
     group: RecallGroup | None,
     latest_user_input: str,
     force_rebuild: str,
+    chronology: Mapping[str, int] | None = None,
 ) -> BuildRecord:
     """The outcome events of one planned build (its Started is recorded before planning):
     GenerationRefreshed (a rebuild), RecallRendered (when recall is recorded) and
     ContextPackBuilt carrying only the decisions that changed since the previous pack of the
     generation, the GENERATION ids appended, the selection hash and the prompt's cache
     expectations. ``previous_prompt`` is the generation's previous prompt; only its stable
-    part (static + GENERATION) counts towards the expected cached bytes."""
+    part (static + GENERATION) counts towards the expected cached bytes. With a
+    ``chronology`` (item id → recording sequence) new GENERATION items follow in recording
+    order and a rebuild lays its whole GENERATION segment out in that order (a transcript:
+    an item re-included by the rebuild sits where the agent saw it, not after the newest)."""
     events: list[ev.Event] = []
     opened: dict[str, Decision] | None = None
     now = request.now
@@ -233,6 +240,8 @@ def record_build(
             )
         )
         previous_decisions = {}
+    if plan.working_set is not None:  # the pool holds it for the generation's next builds
+        events.append(ev.ItemRecorded(at=now, agent_id=agent_id, item=plan.working_set))
     result = plan.result
     if plan.kind == "append":
         decisions, changed = append_decisions(plan, previous_decisions, verified_ids)
@@ -279,6 +288,7 @@ def record_build(
             status=status,
             recall=recall,
             latest_user_input=latest_user_input,
+            chronology=chronology,
         )
     if prompt is not None:
         appended = prompt.order[len(gen.order) :]
@@ -288,7 +298,10 @@ def record_build(
             static_ids = frozenset(ctx.emitted) - frozenset(ctx.order)
         prompt = compose(
             result.items,
-            emitted_order=plan.emitted_order,
+            emitted_order=(
+                plan.emitted_order if plan.kind == "append" or chronology is None else ()
+            ),
+            chronology=chronology,
             static_ids=static_ids,
             recall=recall,
             status=status,
@@ -359,6 +372,7 @@ def record_build(
         message=message,
         expected_cached_bytes=expected,
         opened=None if request.purpose else opened,
+        recorded=() if plan.working_set is None else (plan.working_set,),
         stable_prompt=(
             None
             if request.purpose

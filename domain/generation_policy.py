@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import msgspec
 
-from ctxledger.domain.model import Decision, Item, Layer
-from ctxledger.domain.packing import OTHER_STAGE, PackResult, other_stage
+from ctxledger.domain.model import Decision, Item, Layer, Source
+from ctxledger.domain.packing import OTHER_STAGE, SUPERSEDED, PackResult, is_forced, other_stage
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.prompt import render_item
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.settings import DEFAULT_WATERMARK
 from ctxledger.domain.strategies import get_strategy
+from ctxledger.domain.working_set import is_working_set, working_set_item
 
 __all__ = [
     "DEFAULT_WATERMARK",
@@ -38,7 +40,7 @@ __all__ = [
     "shrink_cap",
 ]
 
-PLANNER_VERSION = 2
+PLANNER_VERSION = 3
 """Version of the pure planner (retrieval, strategies, packing, generation policy). Recorded on
 every ContextBuildingStarted: ``audit --rederive`` re-runs only builds of the same version.
 Bump it whenever a change can alter a selection for the same inputs."""
@@ -82,11 +84,12 @@ class BuildPlan(msgspec.Struct, frozen=True, kw_only=True):
     appended: PackResult | None = None
     """An append's own selection (the new candidates only): what the build records and
     renders beyond the generation's previous pack."""
+    working_set: Item | None = None
+    """The working-set item a generation's first pack extracted and includes (recorded with
+    the build's outcome, so the pool holds it for the generation's next builds)."""
 
 
 _ID = operator.attrgetter("id")
-_PINNED = operator.attrgetter("pinned")
-_MANDATORY = operator.attrgetter("mandatory")
 
 
 def new_candidates(
@@ -101,8 +104,7 @@ def new_candidates(
     candidates and walks back from the newest candidate to the oldest one chosen."""
     decisions = ctx.decisions
     chosen = ids.difference(decisions)
-    forced = {*map(_ID, itertools.compress(candidates, map(_PINNED, candidates)))}
-    forced.update(map(_ID, itertools.compress(candidates, map(_MANDATORY, candidates))))
+    forced = {*map(_ID, itertools.compress(candidates, map(is_forced, candidates)))}
     for item_id in forced.union(keep):
         d = decisions.get(item_id)
         if d is not None and d.action == "dropped" and item_id in ids:
@@ -139,18 +141,136 @@ RECENT_FAILURES = 3
 def keep_ids(candidates: Sequence[Item]) -> tuple[str, ...]:
     """What the latest-step policy keeps, most important first: the newest step's group (the
     last recorded candidate and every candidate sharing its ``group``), then the newest
-    :data:`RECENT_FAILURES` failures. *candidates* are in recording order."""
+    :data:`RECENT_FAILURES` failures among the last :data:`RECENT_FAILURE_STEPS` steps that
+    no later passing run of the same command (``tool_signature``) superseded. *candidates*
+    are in recording order."""
     if not candidates:
         return ()
     last = candidates[-1]
     step = [c.id for c in candidates if c.group == last.group] if last.group else [last.id]
     failures: list[str] = []
+    passed: set[str] = set()  # commands that ran without failing later than the walk is
+    steps: set[str] = set()
     for c in reversed(candidates):
-        if len(failures) == RECENT_FAILURES:
+        steps.add(c.group or c.id)
+        if len(failures) == RECENT_FAILURES or len(steps) > RECENT_FAILURE_STEPS:
             break
-        if c.failure and c.id not in step:
+        sig = c.tool_signature
+        if not c.failure:
+            if sig:
+                passed.add(sig)
+        elif c.id not in step and sig not in passed:
             failures.append(c.id)
     return (*step, *failures)
+
+
+_TOKENS = operator.attrgetter("token_count")
+HEADROOM = 0.9
+"""A rebuild never packs above this share of the budget (the seed's hysteresis)."""
+
+
+def rebuild_target(budget: int, watermark: float, fixed: int) -> int:
+    """The pack size a rebuild aims at: the *fixed* tokens (forced content: pinned and
+    mandatory items, role instructions), which never grow, plus *watermark* of the room
+    left beside them — the headroom a generation needs is for what it appends, not for the
+    fixed part — and never above :data:`HEADROOM` of the budget."""
+    room = max(0, budget - fixed)
+    return max(1, min(int(budget * HEADROOM), fixed + int(room * watermark)))
+
+
+RECENT_FAILURE_STEPS = 10
+"""Failures older than this many steps (groups) are not kept by the latest-step policy."""
+
+RECENT_SHARE = 0.6
+"""The share of a full pack's budget that the newest steps may claim ahead of the priority
+tiers (:func:`recent_groups`)."""
+
+
+def recent_groups(candidates: Sequence[Item], budget: int) -> tuple[str, ...]:
+    """The groups of the newest steps, newest first, whose tokens add up to at most
+    :data:`RECENT_SHARE` of *budget* (the newest one always counts, as the latest-step
+    policy keeps it anyway). *candidates* are in recording order."""
+    room = int(budget * RECENT_SHARE)
+    groups: dict[str, None] = {}
+    used = 0
+    for c in reversed(candidates):
+        g = c.group
+        if not g or c.source is Source.ROLE_INSTRUCTION:
+            continue
+        if g not in groups:
+            if groups and used + c.token_count > room:
+                break
+            groups[g] = None
+        used += c.token_count
+    return tuple(groups)
+
+
+WORKING_SET_SHARE = 0.1
+"""The share of the budget a working-set item may take (at most :data:`WORKING_SET_MAX`)."""
+WORKING_SET_MAX = 1500
+
+
+def _full_select(  # noqa: PLR0917 - the planner's inputs, named at the one call site
+    request: BuildRequest,
+    candidates: Sequence[Item],
+    counter: TokenCounter,
+    target: int,
+    budget: int,
+    history: Mapping[str, Item] | None,
+) -> tuple[PackResult, Item | None]:
+    """A generation's first pack into *target* (≤ *budget*) and its working-set item: the
+    working set takes the room between the pack and the budget, up to its share; when the
+    pack leaves none (*target* is the budget) and steps are left out, the pack is made
+    again that much smaller."""
+    if history is None or not request.latest_step:
+        return _select(_with_recent(request, candidates, target), candidates, counter, target), None
+    olds = [c for c in candidates if is_working_set(c)]
+    pool = [c for c in candidates if not is_working_set(c)] if olds else candidates
+    cap = max(64, min(WORKING_SET_MAX, int(budget * WORKING_SET_SHARE)))
+    result = _select(_with_recent(request, pool, target), pool, counter, target)
+    hidden = any(
+        d.action == "dropped" and d.item_id in history and history[d.item_id].group
+        for d in result.decisions.values()
+    )
+    ws: Item | None = None
+    if hidden:
+        if budget - result.used < cap and target > 2 * cap:
+            target -= cap
+            result = _select(_with_recent(request, pool, target), pool, counter, target)
+        shown = {k for k, d in result.decisions.items() if d.action != "dropped"}
+        ws = working_set_item(
+            tuple(history.values()),
+            shown,
+            agent=request.agent_id,
+            token_budget=min(cap, budget - result.used),
+            count=lambda it: counter.count(render_item(it)),
+        )
+    decisions = result.decisions
+    if olds or ws is not None:
+        decisions = dict(decisions)
+        for old in olds:
+            decisions[old.id] = Decision(
+                item_id=old.id, action="dropped", reason=SUPERSEDED, tokens_before=old.token_count
+            )
+        items, used = result.items, result.used
+        if ws is not None:
+            t = ws.token_count
+            decisions[ws.id] = Decision(
+                item_id=ws.id, action="included", tokens_before=t, tokens_after=t
+            )
+            items, used = (*items, ws), used + t
+        result = msgspec.structs.replace(
+            result, items=items, decisions=decisions, used=used,
+            overflow=max(0, used - result.budget),
+        )  # fmt: skip
+    return result, ws
+
+
+def _with_recent(request: BuildRequest, candidates: Sequence[Item], budget: int) -> BuildRequest:
+    """*request* for a full pack: under the latest-step policy, with its ``recent`` groups."""
+    if not request.latest_step or request.recent:
+        return request
+    return msgspec.structs.replace(request, recent=recent_groups(candidates, budget))
 
 
 def _select(
@@ -169,6 +289,8 @@ def plan_build(
     watermark: float = DEFAULT_WATERMARK,
     force_rebuild: str = "",
     facts: FactsSource | None = None,
+    chronology: Mapping[str, int] | None = None,
+    history: Mapping[str, Item] | None = None,
 ) -> BuildPlan:
     """Plan the next pack of an agent.
 
@@ -179,7 +301,13 @@ def plan_build(
       emitted steering note belongs to another stage than the request's) → ``rebuild`` below
       the watermark, keeping retained items in their previous order for the longest prefix.
 
-    *facts* gives the append's facts (``append_facts`` over *candidates* when None).
+    *facts* gives the append's facts (``append_facts`` over *candidates* when None). With a
+    *chronology* (item id → recording sequence: the prompt reads as a transcript) an append
+    that would add an item recorded before the newest one already emitted rebuilds instead
+    (reason ``order``), so step order holds within every generation. With a *history*
+    (every item the agent recorded, removed ones too, in recording order) a generation's
+    first pack under the latest-step policy extracts the working set of the steps it does
+    not show (``domain.working_set``) and includes it; an older working set is superseded.
     """
     if not 0 < watermark <= 0.9:
         raise ValueError("watermark must be in (0, 0.9]")
@@ -187,9 +315,8 @@ def plan_build(
         request = msgspec.structs.replace(request, keep_ids=keep_ids(candidates))
     budget = request.budget
     if not force_rebuild and (ctx is None or not ctx.decisions):
-        return BuildPlan(
-            kind="initial", result=_select(request, candidates, counter, budget), emitted_order=()
-        )
+        result, ws = _full_select(request, candidates, counter, budget, budget, history)
+        return BuildPlan(kind="initial", result=result, emitted_order=(), working_set=ws)
     keep = frozenset(request.keep_ids)
     known = None
     if ctx is not None and not force_rebuild:
@@ -215,7 +342,10 @@ def plan_build(
             for d in added.decisions.values()
             if d.reason == "over_budget" or (d.item_id in keep and d.action != "included")
         ]
-        if not over and added.overflow == 0 and ctx.used + added.used <= budget:
+        late = _out_of_order(added.items, ctx.order, chronology) if chronology else 0
+        if late:
+            reason = f"{ORDER}: {late} item(s) recorded before the newest one sent"
+        elif not over and added.overflow == 0 and ctx.used + added.used <= budget:
             items = (*ctx.emitted.values(), *added.items)
             decisions = {**ctx.decisions, **added.decisions}
             result = msgspec.structs.replace(
@@ -227,10 +357,11 @@ def plan_build(
                 overflow=max(0, ctx.used + added.used - budget),
             )
             return BuildPlan(kind="append", result=result, emitted_order=ctx.order, appended=added)
-        need = ctx.used + added.used + sum(d.tokens_before - d.tokens_after for d in over)
-        reason = f"budget: next pack needs {need} > {budget} tokens"
-    target = max(1, int(budget * watermark))
-    result = _select(request, candidates, counter, target)
+        else:
+            need = ctx.used + added.used + sum(d.tokens_before - d.tokens_after for d in over)
+            reason = f"budget: next pack needs {need} > {budget} tokens"
+    target = rebuild_target(budget, watermark, sum(map(_TOKENS, filter(is_forced, candidates))))
+    result, ws = _full_select(request, candidates, counter, target, budget, history)
     if result.budget != budget:
         result = msgspec.structs.replace(
             result, budget=budget, overflow=max(0, result.used - budget)
@@ -239,7 +370,28 @@ def plan_build(
     kept = tuple(
         i for i in order if i in result.decisions and result.decisions[i].action != "dropped"
     )
-    return BuildPlan(kind="rebuild", result=result, emitted_order=kept, reason=reason)
+    return BuildPlan(
+        kind="rebuild", result=result, emitted_order=kept, reason=reason, working_set=ws
+    )
+
+
+ORDER = "order"
+"""The rebuild reason of an append that would break the transcript order."""
+
+
+def _out_of_order(
+    added: Sequence[Item], order: Sequence[str], chronology: Mapping[str, int]
+) -> int:
+    """How many *added* items (bar recalled memory, which sits in the tail) were recorded
+    before the newest GENERATION item already sent (``order``)."""
+    if not order:
+        return 0
+    newest = max(chronology.get(i, -1) for i in order[-8:])
+    return sum(
+        1
+        for it in added
+        if it.source is not Source.RECALLED_MEMORY and chronology.get(it.id, newest + 1) < newest
+    )
 
 
 def refresh_split(

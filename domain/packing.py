@@ -5,7 +5,8 @@ Order of work (every strategy goes through the same steps, with its own options)
 1. candidates are de-duplicated by id (first wins) and their tokens resolved
    (``Item.token_count`` when > 0, else the counter);
 2. items sharing a non-empty ``group`` form one unit — included, dropped or compressed whole;
-3. forced units (any member pinned or mandatory) are included verbatim, even over budget —
+3. forced units (any member pinned, mandatory or a role instruction) are included verbatim,
+   even over budget —
    the excess is recorded as ``overflow``, never hidden;
 4. other units may be dropped before packing: ``excluded_by_scope`` (BuildRequest.scope),
    a strategy's own reason (``omitted_by_strategy``, ``other_phase``…), ``superseded``;
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import msgspec
 
@@ -35,6 +36,7 @@ from ctxledger.domain.errors import BudgetError
 from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import CompressionMetadata, Decision, Item, Layer, Source
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.prompt import render_block
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import ScoredItem
 
@@ -58,6 +60,8 @@ __all__ = [
     "OmitFn",
     "PackResult",
     "Unit",
+    "is_forced",
+    "recent_first",
     "clip_text",
     "clip_marker",
     "drop_other_stage",
@@ -103,7 +107,6 @@ _COMPRESS_MIN_ROOM = 16  # do not try to compress into less room than this
 _COMPRESS_MAX_ATTEMPTS = 32  # per build: bounds the work on huge pools with tiny budgets
 _NEG_INF = float("-inf")
 _KEPT_MIN_ROOM = 24  # a kept unit gets at least this much room, or it is dropped over_budget
-_RENDER_ALLOWANCE = 8  # per clipped member: the block header a content count leaves out
 
 
 class PackResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -167,6 +170,16 @@ def priority_tier(item: Item) -> int:
     return 4
 
 
+_ROLE_INSTRUCTION = Source.ROLE_INSTRUCTION
+
+
+def is_forced(item: Item) -> bool:
+    """Whether packing includes *item* whatever the budget (recording any excess as
+    overflow): pinned and mandatory items, and role instructions — the tool syntax and the
+    rules of the role are never traded for history (an agent without them cannot act)."""
+    return item.pinned or item.mandatory or item.source is _ROLE_INSTRUCTION
+
+
 def _ts(item: Item) -> float:
     at = item.observed_at
     if at is None:
@@ -185,7 +198,7 @@ def _tier_ts(item: Item) -> tuple[Item, int, float, str, bool]:
     item alive, so its ``id`` cannot be reused while cached)."""
     st = _statics.get(id(item))
     if st is None or st[0] is not item:
-        st = (item, priority_tier(item), _ts(item), item.id, item.pinned or item.mandatory)
+        st = (item, priority_tier(item), _ts(item), item.id, is_forced(item))
         remember(_statics, id(item), st, _STATIC_MAX)
     return st
 
@@ -560,7 +573,8 @@ def include_kept(
     if sum(v[1] for v in versions) <= room:
         acc.include_versions(members, versions, key)
         return
-    allowance = _RENDER_ALLOWANCE * len(members)
+    headers = [_header_tokens(m.item, counter) for m in members]
+    allowance = sum(headers)
     if room - allowance < _KEPT_MIN_ROOM * len(members):
         acc.drop_unit(u, OVER_BUDGET)
         return
@@ -577,16 +591,29 @@ def include_kept(
                     body, t, method = c.text, ct, c.method
         shrunk.append((body, t, method))
     total = sum(s[1] for s in shrunk)
+    # the agent's own command (its conversation turn) stays whole while its output can give
+    # up the room: an output cut short is marked, a command cut short misleads
+    whole = [m.item.source is _CONVERSATION for m in members]
+    spoken = sum(s[1] for s, w in zip(shrunk, whole, strict=True) if w)
+    others = total - spoken
+    if not any(whole) or all(whole) or spoken + allowance + _KEPT_MIN_ROOM > room:
+        whole = [False] * len(members)
+        spoken, others = 0, total
     final: list[tuple[str, int, str]] = []
-    for body, t, method in shrunk:
-        if total + allowance > room:
-            share = max(1, (room - allowance) * t // max(total, 1))
+    for (body, t, method), keep_whole in zip(shrunk, whole, strict=True):
+        if not keep_whole and total + allowance > room:
+            share = max(1, (room - allowance - spoken) * t // max(others, 1))
             clipped = clip_text(body, t, share, counter)
             if clipped is not None:
                 body, t = clipped
                 method = f"{method}+{CLIP_METHOD}" if method else CLIP_METHOD
         final.append((body, t, method))
-    if sum(f[1] for f in final) + allowance > room:
+    # a cut member is counted as rendered (its block header included), as a whole one is
+    final = [
+        (body, _block_tokens(m.item, body, counter) if method else t, method)
+        for m, (body, t, method) in zip(members, final, strict=True)
+    ]
+    if sum(f[1] for f in final) > room:
         acc.drop_unit(u, OVER_BUDGET)
         return
     for m, (body, t, method) in zip(members, final, strict=True):
@@ -599,13 +626,42 @@ def include_kept(
         )
 
 
+def _header_tokens(item: Item, counter: TokenCounter) -> int:
+    """Tokens of *item*'s block around its content (header line, blank line)."""
+    return counter.count(render_block(item, ""))
+
+
+def _block_tokens(item: Item, content: str, counter: TokenCounter) -> int:
+    """Tokens of *item*'s block carrying *content* (a clipped or compressed version)."""
+    return counter.count(render_block(item, content))
+
+
 def _version(c: Candidate, clip_limit: int, counter: TokenCounter) -> tuple[str | None, int]:
-    """The scope-clipped content and tokens of a candidate (``None`` content: unchanged)."""
+    """The scope-clipped content and tokens (as rendered) of a candidate (``None`` content:
+    unchanged)."""
     if clip_limit and c.tokens > clip_limit:
         clipped = clip_text(c.item.content, c.tokens, clip_limit, counter)
         if clipped is not None:
-            return clipped
+            return clipped[0], _block_tokens(c.item, clipped[0], counter)
     return None, c.tokens
+
+
+U = TypeVar("U")
+
+
+def _unit_group(u: Unit) -> str:
+    return "" if type(u) is Candidate else u.group
+
+
+def recent_first(ordered: list[U], recent: Sequence[str], group_of: Callable[[U], str]) -> list[U]:
+    """*ordered* with the units of the *recent* groups first, in the order of *recent* (the
+    newest step first), the others after them in their order."""
+    rank = {g: n for n, g in enumerate(recent)}
+    front = [u for u in ordered if group_of(u) in rank]
+    if not front:
+        return ordered
+    front.sort(key=lambda u: rank[group_of(u)])
+    return front + [u for u in ordered if group_of(u) not in rank]
 
 
 def _ordered(units: list[Unit], chronological: bool, presorted: bool) -> list[Unit]:
@@ -808,6 +864,8 @@ def pack(
         live = supersede_latest(live, forced_units, supersede, acc)
 
     ordered = _ordered(live, chronological, presorted)
+    if request.recent and not chronological:
+        ordered = recent_first(ordered, request.recent, _unit_group)
     filler = Filler(
         acc, limit, counter, clip_limit=clip_limit, chronological=chronological, dedupe=dedupe,
         compress=compress, stop_at_first_miss=stop_at_first_miss,
@@ -872,6 +930,7 @@ def _compress_unit(
                 if clipped is not None:
                     ctext, ct = clipped
                     method = f"{method}+{CLIP_METHOD}"
+            ct = _block_tokens(m.item, ctext, counter)
             if ct < t:
                 out.append((ctext, ct, "compressed", method))
                 gained = True

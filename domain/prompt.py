@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
 import msgspec
 
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import Item, Layer, Source, content_hash
+from ctxledger.domain.working_set import is_working_set
 
 __all__ = [
     "SEGMENT_ORDER",
@@ -20,6 +21,7 @@ __all__ = [
     "compose_append",
     "volatile_tail",
     "without_tail",
+    "render_block",
     "render_item",
 ]
 
@@ -105,15 +107,26 @@ def _segment_within(item: Item, static_ids: Collection[str] | None) -> Segment:
 
 @functools.lru_cache(maxsize=1 << 16)
 def render_item(item: Item) -> str:
-    """One item as a self-terminated block: ``### <source> · <files>``, the content, a blank line.
+    """One item as a self-terminated block: ``### [<group> · ]<source>[ · <files>]``, the
+    content, a blank line.
 
-    Only the source, the files and the content are rendered: never the id, the agent, the
-    observation time or any other provenance, so equal content renders to equal bytes.
-    Memoised by the item's value: a pure function, and every build renders the items it kept."""
+    Only the group (the step an action and its observation share, so a reader sees which
+    step a block belongs to), the source, the files and the content are rendered: never the
+    id, the agent, the observation time or any other provenance, so equal content renders
+    to equal bytes. Memoised by the item's value: a pure function, and every build renders
+    the items it kept."""
+    return render_block(item, item.content)
+
+
+def render_block(item: Item, content: str) -> str:
+    """:func:`render_item` of *item* with *content* in place of its own (a clipped or
+    compressed version, as the prompt will carry it); not memoised."""
     header = f"### {item.source.value}"
+    if item.group:
+        header = f"### {item.group.translate(_HEADER_UNSAFE)} · {item.source.value}"
     if item.files:
         header += " · " + ", ".join(f.translate(_HEADER_UNSAFE) for f in item.files)
-    return f"{header}\n{item.content}\n\n"
+    return f"{header}\n{content}\n\n"
 
 
 def _block(title: str, body: str) -> str:
@@ -124,6 +137,27 @@ def _durability_key(item: Item, block: str) -> tuple[int, str, str]:
     # Durability descending, then content hash; the rendered block breaks remaining ties so the
     # bytes never depend on the order items arrive in.
     return (-int(item.durability), item.hash, block)
+
+
+_LATE = 1 << 62  # an item the chronology does not know comes after every recorded one
+
+NewKey = Callable[[tuple[Item, str]], tuple[object, ...]]
+
+
+def _new_key(chronology: Mapping[str, int] | None) -> NewKey:
+    """How new GENERATION items are sorted: with a *chronology* (item id → recording
+    sequence), in the order they were recorded — the order the agent saw them, an action
+    before its observation — with unknown ids last and a working-set item (the summary of
+    the steps not shown) first; without one, the seed's (durability descending, content
+    hash) order."""
+    if chronology is None:
+        return lambda p: _durability_key(*p)
+    get = chronology.get
+    return lambda p: (
+        not is_working_set(p[0]),
+        get(p[0].id, _LATE),
+        *_durability_key(*p),
+    )
 
 
 def _content_key(item: Item, block: str) -> tuple[str, str]:
@@ -162,11 +196,12 @@ def compose_append(
     status: str = "",
     recall: str = "",
     latest_user_input: str = "",
+    chronology: Mapping[str, int] | None = None,
 ) -> PromptParts | None:
     """``compose`` of a within-generation append, in O(added): the previous prompt of the
     generation (as :func:`compose` made it, with ``static_ids`` frozen) keeps its ROLE, SESSION
     and GENERATION text and order, and the *added* items follow in GENERATION, sorted as
-    ``compose`` sorts new items. Equal to composing every item again with the previous order
+    ``compose`` sorts new items (by *chronology* when given). Equal to composing every item again with the previous order
     and the frozen static part (a property test holds the two equal).
 
     None when the fast path does not apply: recalled-memory items (VOLATILE, re-sorted with
@@ -182,7 +217,7 @@ def compose_append(
         pairs.append((item, render_item(item)))
     if seen.intersection(previous.order):
         return None
-    pairs.sort(key=lambda p: _durability_key(*p))
+    pairs.sort(key=_new_key(chronology))
     segments = dict(previous.segments)
     segments[Segment.GENERATION] += "".join(block for _, block in pairs)
     segments[Segment.VOLATILE] = volatile_tail(
@@ -217,6 +252,7 @@ def compose(
     recall: str = "",
     latest_user_input: str = "",
     static_ids: Collection[str] | None = None,
+    chronology: Mapping[str, int] | None = None,
 ) -> PromptParts:
     """Compose a prompt from the items of a pack.
 
@@ -226,9 +262,11 @@ def compose(
 
     ROLE and SESSION are sorted by stable keys (so they are byte-identical whatever order the
     items arrive in and whichever agent asks). GENERATION keeps ``emitted_order`` — the
-    previous build's ``order`` — and appends new items after it in (durability descending,
-    content hash) order; with an empty ``emitted_order`` (a refresh or the first build) the
-    whole segment is sorted that way. Ids in ``emitted_order`` that are no longer GENERATION
+    previous build's ``order`` — and appends new items after it: in recording order when a
+    ``chronology`` (item id → recording sequence) is given, so the segment reads as a
+    transcript (each step's action before its observation, older steps first), else in the
+    seed's (durability descending, content hash) order; with an empty ``emitted_order`` (a
+    rebuild, a refresh or the first build) the whole segment is sorted that way. Ids in ``emitted_order`` that are no longer GENERATION
     items are skipped. VOLATILE holds recalled-memory items, the ``recall`` group, the
     ``status`` line and the ``latest_user_input``, in that order.
 
@@ -251,7 +289,7 @@ def compose(
             kept_ids.add(item_id)
     new = sorted(
         (p for p in by_segment[Segment.GENERATION] if p[0].id not in kept_ids),
-        key=lambda p: _durability_key(*p),
+        key=_new_key(chronology),
     )
     generation = kept + new
 

@@ -41,6 +41,7 @@ from ctxledger.domain.packing import (
     _dropped,
     effective_budget,
     include_kept,
+    recent_first,
     scope_excluder,
 )
 from ctxledger.domain.packing import pack as pack_general
@@ -257,6 +258,8 @@ def pack_ranked(
         ordered = _chronological(live, facts, gmap)
     else:
         ordered = [k for b in buckets for k in b]
+        if request.recent:
+            ordered = recent_first(ordered, request.recent, group.__getitem__)
 
     # Fill in packing order; once nothing more fits, the rest in one pass.
     filler = Filler(

@@ -54,3 +54,8 @@ class BuildRequest(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     latest_step: bool = False
     keep_ids: tuple[str, ...] = ()
     purpose: str = ""
+    recent: tuple[str, ...] = ()
+    """Groups of the newest steps, newest first, that packing takes right after the kept
+    units and before the priority tiers (the planner fills it for a generation's first pack
+    under the latest-step policy: the steps the agent is working from come before older
+    material of any tier)."""

@@ -54,6 +54,11 @@ class BuildView(msgspec.Struct, frozen=True, kw_only=True):
     """``pool.candidates()`` (a ``Candidates``: made only if the plan reads it)."""
     emitted: EmittedContext | None
     verified_ids: frozenset[str]
+    seq: dict[str, int] = {}
+    """The pool's recording sequence per item id (the order new GENERATION blocks follow)."""
+    history: dict[str, Item] = {}
+    """Every item the agent recorded, removed ones too, in recording order (what a
+    generation's first pack extracts the working set from)."""
     turn: TurnView | None = None
     """The engine's turn memo brought up to date (None: the append's facts are computed by
     passes over the candidates — the specification both are held equal to)."""
@@ -140,12 +145,15 @@ def build_view(gen: Generation, pool: AgentPool, purpose: str = "") -> BuildView
             candidates=Candidates(pool),
             emitted=None,
             verified_ids=frozenset(pool.verified),
+            seq=pool.seq,
         )
     return BuildView(
         generation=gen,
         candidates=Candidates(pool),
         emitted=emitted_context(gen, pool),
         verified_ids=frozenset(pool.verified),
+        seq=pool.seq,
+        history=pool.items,
     )
 
 
@@ -163,6 +171,8 @@ def turn_build_view(
         candidates=Candidates(pool),
         emitted=turn.context() if turn is not None else None,
         verified_ids=frozenset(pool.verified),
+        seq=pool.seq,
+        history=pool.items,
         turn=turn,
     )
 
@@ -186,6 +196,8 @@ def plan_view(
         watermark=watermark,
         force_rebuild=force_rebuild,
         facts=view.turn.facts if view.turn is not None else None,
+        chronology=view.seq,
+        history=view.history,
     )
 
 
@@ -226,6 +238,7 @@ def decide_build(
         group=group,
         latest_user_input=latest_user_input,
         force_rebuild=force_rebuild,
+        chronology=view.seq,
     )
 
 

@@ -22,7 +22,7 @@ import msgspec
 from ctxledger.domain.events import ContextPackBuilt
 from ctxledger.domain.generation_policy import AppendFacts, EmittedContext
 from ctxledger.domain.model import Decision, Generation, Item, Source
-from ctxledger.domain.packing import other_stage
+from ctxledger.domain.packing import is_forced, other_stage
 from ctxledger.projections.pool import AgentPool, verified_form
 
 __all__ = [
@@ -38,8 +38,6 @@ __all__ = [
 
 _DROPPED = "dropped"
 _ACTION = attrgetter("action")
-_PINNED = attrgetter("pinned")
-_MANDATORY = attrgetter("mandatory")
 
 
 def emitted_form(item: Item, d: Decision) -> Item:
@@ -131,8 +129,7 @@ def _candidate(pool: AgentPool, item_id: str) -> bool:
 
 
 def _forced(pool: AgentPool, item_id: str) -> bool:
-    item = pool.items[item_id]
-    return item.pinned or item.mandatory
+    return is_forced(pool.items[item_id])
 
 
 class _Sets:
@@ -187,17 +184,23 @@ def memo_from_scratch(gen: Generation, pool: AgentPool) -> TurnMemo | None:
 
 
 def memo_of_decisions(
-    decisions: Mapping[str, Decision], pool: AgentPool, *, pack_id: str, generation: int
+    decisions: Mapping[str, Decision],
+    pool: AgentPool,
+    *,
+    pack_id: str,
+    generation: int,
+    added: Mapping[str, Item] | None = None,
 ) -> TurnMemo:
     """The memo of pack *pack_id* of generation *generation*, whose decisions (all of the
     generation's, in its order) are *decisions*, over *pool* — by set operations and C
     iterators over the whole history: it runs once per generation (by the build that opens
     it, for the turns after it), on a rebuild the budget forced and once after a restart."""
     items, removed = pool.items, pool.removed.keys()
+    if added:  # items the pack's own outcome records (a working set): the pool after it
+        items = {**items, **added}
     sent = [*compress(decisions, map(ne, map(_ACTION, decisions.values()), repeat(_DROPPED)))]
     emitted = {i: emitted_form(items[i], decisions[i]) for i in sent if i in items}
-    forced = set(compress(items, map(_PINNED, items.values())))
-    forced.update(compress(items, map(_MANDATORY, items.values())))
+    forced = set(compress(items, map(is_forced, items.values())))
     return TurnMemo(
         pack_id=pack_id,
         generation=generation,
