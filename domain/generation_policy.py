@@ -16,13 +16,21 @@ from typing import Literal
 import msgspec
 
 from ctxledger.domain.model import Decision, Item, Layer, Source
-from ctxledger.domain.packing import OTHER_STAGE, SUPERSEDED, PackResult, is_forced, other_stage
+from ctxledger.domain.packing import (
+    OTHER_STAGE,
+    OUTSIDE_WINDOW,
+    SUPERSEDED,
+    PackResult,
+    is_forced,
+    other_stage,
+)
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prompt import render_item
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.settings import DEFAULT_WATERMARK
-from ctxledger.domain.strategies import get_strategy
+from ctxledger.domain.strategies import get_strategy, is_rolling, is_stateless
+from ctxledger.domain.strategies.baselines import newer_half
 from ctxledger.domain.working_set import is_working_set, working_set_item
 
 __all__ = [
@@ -311,6 +319,19 @@ def plan_build(
     """
     if not 0 < watermark <= 0.9:
         raise ValueError("watermark must be in (0, 0.9]")
+    if is_stateless(request.strategy) or is_rolling(request.strategy):
+        # a peer's rule: no latest-step policy, no working set
+        request = msgspec.structs.replace(request, latest_step=False, keep_ids=(), recent=())
+        history = None
+        if is_stateless(request.strategy):
+            return _stateless_plan(
+                request,
+                candidates,
+                ctx,
+                counter,
+                force_rebuild=force_rebuild,
+                chronology=chronology,
+            )
     if request.latest_step and not request.keep_ids:
         request = msgspec.structs.replace(request, keep_ids=keep_ids(candidates))
     budget = request.budget
@@ -360,6 +381,13 @@ def plan_build(
         else:
             need = ctx.used + added.used + sum(d.tokens_before - d.tokens_after for d in over)
             reason = f"budget: next pack needs {need} > {budget} tokens"
+    if is_rolling(request.strategy) and ctx is not None:
+        return BuildPlan(
+            kind="rebuild",
+            result=_rolling_select(request, candidates, ctx, counter),
+            emitted_order=(),
+            reason=reason,
+        )
     target = rebuild_target(budget, watermark, sum(map(_TOKENS, filter(is_forced, candidates))))
     result, ws = _full_select(request, candidates, counter, target, budget, history)
     if result.budget != budget:
@@ -373,6 +401,73 @@ def plan_build(
     return BuildPlan(
         kind="rebuild", result=result, emitted_order=kept, reason=reason, working_set=ws
     )
+
+
+def _stateless_plan(
+    request: BuildRequest,
+    candidates: Sequence[Item],
+    ctx: EmittedContext | None,
+    counter: TokenCounter,
+    *,
+    force_rebuild: str,
+    chronology: Mapping[str, int] | None,
+) -> BuildPlan:
+    """A stateless strategy's plan: a full selection at the budget every build — an append
+    when it decides every candidate the generation decided as it did and adds only newer
+    items, else a rebuild (reason ``window``)."""
+    result = _select(request, candidates, counter, request.budget)
+    if not force_rebuild and (ctx is None or not ctx.decisions):
+        return BuildPlan(kind="initial", result=result, emitted_order=())
+    assert ctx is not None or force_rebuild
+    if ctx is not None and not force_rebuild:
+        decisions = ctx.decisions
+        kept = all(result.decisions.get(k) == d for k, d in decisions.items())
+        new = [it for it in result.items if it.id not in ctx.emitted]
+        if kept and not (chronology and _out_of_order(new, ctx.order, chronology)):
+            changed = {k: d for k, d in result.decisions.items() if decisions.get(k) != d}
+            used = sum(map(_TOKENS, new))
+            appended = msgspec.structs.replace(
+                result, items=tuple(new), decisions=changed, used=used, overflow=0
+            )
+            whole = msgspec.structs.replace(
+                result,
+                items=(*ctx.emitted.values(), *new),
+                decisions={**decisions, **changed},
+                used=ctx.used + used,
+            )
+            return BuildPlan(
+                kind="append", result=whole, emitted_order=ctx.order, appended=appended
+            )
+    return BuildPlan(
+        kind="rebuild", result=result, emitted_order=(), reason=force_rebuild or WINDOW
+    )
+
+
+WINDOW = "window: the oldest steps shown left the window"
+"""The rebuild reason of a stateless strategy whose selection no longer extends the prompt."""
+
+
+def _rolling_select(
+    request: BuildRequest, candidates: Sequence[Item], ctx: EmittedContext, counter: TokenCounter
+) -> PackResult:
+    """A rolling strategy's rebuild (ConversationWindowCondenser): forced items, the newer
+    half of the steps the closing generation showed and what was recorded since its last
+    pack, selected at the full budget; the older steps are dropped ``outside_window``."""
+    shown = list(dict.fromkeys(ctx.emitted[i].group for i in ctx.order if ctx.emitted[i].group))
+    window = frozenset(newer_half(shown)) if shown else frozenset()
+    decided = ctx.decisions
+    inside = [c for c in candidates if is_forced(c) or c.group in window or c.id not in decided]
+    result = _select(request, inside, counter, request.budget)
+    if len(inside) == len(candidates):
+        return result
+    ids = {c.id for c in inside}
+    decisions = dict(result.decisions)
+    for c in candidates:
+        if c.id not in ids:
+            decisions[c.id] = Decision(
+                item_id=c.id, action="dropped", reason=OUTSIDE_WINDOW, tokens_before=c.token_count
+            )
+    return msgspec.structs.replace(result, decisions=decisions)
 
 
 ORDER = "order"

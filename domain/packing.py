@@ -60,8 +60,11 @@ __all__ = [
     "OmitFn",
     "PackResult",
     "Unit",
+    "block_tokens",
     "is_forced",
+    "kept_reserves",
     "recent_first",
+    "unit_tokens",
     "clip_text",
     "clip_marker",
     "drop_other_stage",
@@ -554,6 +557,27 @@ def kept_units(units: list[Unit], keep_ids: Sequence[str]) -> tuple[list[Unit], 
     return [u for _, u in kept], rest
 
 
+_KEPT_RESERVE = 256  # room held for each later kept unit while an earlier one is clipped
+
+
+def unit_tokens(u: Unit) -> int:
+    """The tokens of a unit's members, whole."""
+    return u.tokens if type(u) is Candidate else sum(m.tokens for m in u.members)
+
+
+def kept_reserves(sizes: Sequence[int]) -> list[int]:
+    """For each kept unit (most important first, of *sizes* tokens), the room held for the
+    kept units after it — each up to :data:`_KEPT_RESERVE` — so that clipping the newest
+    step to fit leaves the recent failures room too."""
+    out: list[int] = []
+    after = 0
+    for size in reversed(sizes):
+        out.append(after)
+        after += min(size, _KEPT_RESERVE)
+    out.reverse()
+    return out
+
+
 def include_kept(
     u: Unit,
     key: tuple[object, ...],
@@ -562,11 +586,14 @@ def include_kept(
     acc: Accumulator,
     counter: TokenCounter,
     clip_limit: int = 0,
+    held: int = 0,
 ) -> None:
     """Include a kept unit in the room left, never past *limit*: whole when it fits; else a
     failure is first reduced to its key lines (heuristic extraction) and whatever still does
     not fit is head/tail-clipped (reason ``kept_clipped``). Dropped ``over_budget`` only when
-    the room left is below a few tokens (forced content filled the budget)."""
+    the room left is below a few tokens (forced content filled the budget). A unit that does
+    not fit whole leaves *held* tokens to the kept units after it (``kept_reserves``) when
+    it still gets its minimum room."""
     members = u.members
     versions = [_version(m, clip_limit, counter) for m in members]
     room = limit - acc.used
@@ -575,6 +602,8 @@ def include_kept(
         return
     headers = [_header_tokens(m.item, counter) for m in members]
     allowance = sum(headers)
+    if held and room - held - allowance >= _KEPT_MIN_ROOM * len(members):
+        room -= held  # the kept units after this one keep *held* tokens, this one enough
     if room - allowance < _KEPT_MIN_ROOM * len(members):
         acc.drop_unit(u, OVER_BUDGET)
         return
@@ -610,7 +639,7 @@ def include_kept(
         final.append((body, t, method))
     # a cut member is counted as rendered (its block header included), as a whole one is
     final = [
-        (body, _block_tokens(m.item, body, counter) if method else t, method)
+        (body, block_tokens(m.item, body, counter) if method else t, method)
         for m, (body, t, method) in zip(members, final, strict=True)
     ]
     if sum(f[1] for f in final) > room:
@@ -631,7 +660,7 @@ def _header_tokens(item: Item, counter: TokenCounter) -> int:
     return counter.count(render_block(item, ""))
 
 
-def _block_tokens(item: Item, content: str, counter: TokenCounter) -> int:
+def block_tokens(item: Item, content: str, counter: TokenCounter) -> int:
     """Tokens of *item*'s block carrying *content* (a clipped or compressed version)."""
     return counter.count(render_block(item, content))
 
@@ -642,7 +671,7 @@ def _version(c: Candidate, clip_limit: int, counter: TokenCounter) -> tuple[str 
     if clip_limit and c.tokens > clip_limit:
         clipped = clip_text(c.item.content, c.tokens, clip_limit, counter)
         if clipped is not None:
-            return clipped[0], _block_tokens(c.item, clipped[0], counter)
+            return clipped[0], block_tokens(c.item, clipped[0], counter)
     return None, c.tokens
 
 
@@ -854,12 +883,15 @@ def pack(
             live.append(u)
     for u in forced_units:
         acc.include_unit(u, u.chrono_key() if chronological else u.priority_key())
-    for u in kept:
+    later = kept_reserves([unit_tokens(u) for u in kept])
+    for u, held in zip(kept, later, strict=True):
         if excluded is not None and any(excluded(m.item) for m in u.members):
             acc.drop_unit(u, EXCLUDED_BY_SCOPE)
         else:
             key = u.chrono_key() if chronological else u.priority_key()
-            include_kept(u, key, limit=limit, acc=acc, counter=counter, clip_limit=clip_limit)
+            include_kept(
+                u, key, limit=limit, acc=acc, counter=counter, clip_limit=clip_limit, held=held
+            )
     if supersede:
         live = supersede_latest(live, forced_units, supersede, acc)
 
@@ -930,7 +962,7 @@ def _compress_unit(
                 if clipped is not None:
                     ctext, ct = clipped
                     method = f"{method}+{CLIP_METHOD}"
-            ct = _block_tokens(m.item, ctext, counter)
+            ct = block_tokens(m.item, ctext, counter)
             if ct < t:
                 out.append((ctext, ct, "compressed", method))
                 gained = True

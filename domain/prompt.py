@@ -50,6 +50,7 @@ _SESSION_SOURCE_RANK: dict[Source, int] = {
 _OTHER_SESSION_RANK = 2  # pinned constraints and project memory
 
 _HEADER_UNSAFE = str.maketrans({"\n": " ", "\r": " "})
+_HEADER_FILES = 4  # files named in a block header; more are counted
 
 
 class PromptParts(msgspec.Struct, frozen=True, kw_only=True):
@@ -108,7 +109,8 @@ def _segment_within(item: Item, static_ids: Collection[str] | None) -> Segment:
 @functools.lru_cache(maxsize=1 << 16)
 def render_item(item: Item) -> str:
     """One item as a self-terminated block: ``### [<group> · ]<source>[ · <files>]``, the
-    content, a blank line.
+    content, a blank line. The header names at most four files (``(+N)`` more) and none for
+    a conversation turn (an agent's command names its own).
 
     Only the group (the step an action and its observation share, so a reader sees which
     step a block belongs to), the source, the files and the content are rendered: never the
@@ -124,8 +126,11 @@ def render_block(item: Item, content: str) -> str:
     header = f"### {item.source.value}"
     if item.group:
         header = f"### {item.group.translate(_HEADER_UNSAFE)} · {item.source.value}"
-    if item.files:
-        header += " · " + ", ".join(f.translate(_HEADER_UNSAFE) for f in item.files)
+    files = item.files
+    if files and item.source is not Source.CONVERSATION:  # a command names its own files
+        shown = ", ".join(f.translate(_HEADER_UNSAFE) for f in files[:_HEADER_FILES])
+        more = len(files) - _HEADER_FILES
+        header += f" · {shown}" + (f" (+{more})" if more > 0 else "")
     return f"{header}\n{content}\n\n"
 
 

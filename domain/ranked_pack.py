@@ -41,8 +41,10 @@ from ctxledger.domain.packing import (
     _dropped,
     effective_budget,
     include_kept,
+    kept_reserves,
     recent_first,
     scope_excluder,
+    unit_tokens,
 )
 from ctxledger.domain.packing import pack as pack_general
 from ctxledger.domain.pool_facts import PoolFacts
@@ -243,9 +245,10 @@ def pack_ranked(
     for k in forced_units:
         f = unit(k)
         acc.include_unit(f, key(f))
-    for ref in kept_keys:
-        f = unit(gmap[ref][0] if isinstance(ref, str) else ref)
-        include_kept(f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=0)
+    kept_list = [unit(gmap[ref][0] if isinstance(ref, str) else ref) for ref in kept_keys]
+    later = kept_reserves([unit_tokens(f) for f in kept_list])
+    for f, held in zip(kept_list, later, strict=True):
+        include_kept(f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=0, held=held)
     if superseded:
         record_drops(
             acc, facts, counter, gmap, dropped=superseded, why=[SUPERSEDED] * len(superseded)

@@ -13,6 +13,11 @@ from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.strategies.aggressive_refresh import AggressiveRefreshStrategy
 from ctxledger.domain.strategies.base import Strategy
+from ctxledger.domain.strategies.baselines import (
+    KeepFirstLastStrategy,
+    TrimLastStrategy,
+    WindowStrategy,
+)
 from ctxledger.domain.strategies.full_history import FullHistoryStrategy
 from ctxledger.domain.strategies.layered import LayeredStrategy
 from ctxledger.domain.strategies.role_optimized import RoleOptimizedStrategy
@@ -20,7 +25,13 @@ from ctxledger.domain.strategies.summary import SummaryStrategy
 from ctxledger.domain.strategies.variable import VariableStrategy
 
 __all__ = [
+    "BASELINES",
     "DEFAULT_STRATEGY",
+    "KeepFirstLastStrategy",
+    "TrimLastStrategy",
+    "WindowStrategy",
+    "is_rolling",
+    "is_stateless",
     "STRATEGIES",
     "AggressiveRefreshStrategy",
     "FullHistoryStrategy",
@@ -44,8 +55,24 @@ STRATEGIES: Mapping[str, Strategy] = MappingProxyType(
         "aggressive_refresh": AggressiveRefreshStrategy(),
         "role_optimized": RoleOptimizedStrategy(),
         "layered": LayeredStrategy(),
+        "trim_last": TrimLastStrategy(),
+        "keep_first_last": KeepFirstLastStrategy(),
+        "window": WindowStrategy(),
     }
 )
+BASELINES: tuple[str, ...] = ("trim_last", "keep_first_last", "window")
+"""The peers' rules (``domain.strategies.baselines``): selectable like any strategy, held
+apart from the engine's own (no latest-step policy, no working set, no compression)."""
+
+
+def is_stateless(name: str) -> bool:
+    """Whether strategy *name* re-selects from the whole pool at the full budget every build."""
+    return bool(getattr(get_strategy(name), "stateless", False))
+
+
+def is_rolling(name: str) -> bool:
+    """Whether strategy *name*'s rebuild keeps the newer half of the closing generation."""
+    return bool(getattr(get_strategy(name), "rolling", False))
 
 
 def strategy_names() -> tuple[str, ...]:

@@ -39,9 +39,11 @@ from ctxledger.domain.packing import (
     Candidate,
     PackResult,
     Unit,
+    block_tokens,
     drop_other_stage,
     effective_budget,
     include_kept,
+    is_forced,
     kept_units,
     make_units,
     prepare,
@@ -67,7 +69,7 @@ _EVICTABLE_VALUES = frozenset(int(layer) for layer in EVICTABLE)
 
 def _forced(c: Candidate) -> bool:
     it = c.item
-    return it.pinned or it.mandatory or it.source in ALWAYS_KEPT_SOURCES
+    return is_forced(it) or it.source in ALWAYS_KEPT_SOURCES
 
 
 def _age_key(u: Unit) -> tuple[float, str, int]:
@@ -139,8 +141,9 @@ class LayeredStrategy:
                 for m in u.members:
                     if m.tokens > clip_limit:
                         clipped = clip_text(m.item.content, m.tokens, clip_limit, counter)
-                        if clipped is not None:
-                            versions[m.item.id] = clipped
+                        if clipped is not None:  # counted as rendered, as a whole item is
+                            text = clipped[0]
+                            versions[m.item.id] = (text, block_tokens(m.item, text, counter))
 
         def size(u: Unit) -> int:
             if not versions:

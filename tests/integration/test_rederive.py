@@ -299,7 +299,7 @@ def test_another_planner_version_is_not_rederivable_never_equal(records: list[Re
     target = starts_of(records, "bob")[0]
     started = target.event
     assert isinstance(started, ev.ContextBuildingStarted)
-    assert started.planner_version == PLANNER_VERSION == 2
+    assert started.planner_version == PLANNER_VERSION == 3
 
     def tamper(rec: Recorded) -> ev.Event:
         if rec is target:

@@ -22,7 +22,7 @@ from ctxledger.domain.generation_policy import (
 from ctxledger.domain.model import Item, Layer
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import retrieve
-from ctxledger.domain.strategies import STRATEGIES, get_strategy
+from ctxledger.domain.strategies import BASELINES, STRATEGIES, get_strategy
 from ctxledger.domain.tokens import EstimatingCounter
 from tests.property.strategies_items import NOW, build_requests, item_pools, pool_items
 from tests.property.test_packing import EVICTABLE, forced_ids, tokens_of, units
@@ -110,10 +110,16 @@ def test_a_forced_rebuild_stays_below_the_watermark_but_for_forced_content(
     res = plan.result
     assert res.budget == request.budget
     assert res.overflow == max(0, res.used - request.budget)
-    target = max(1, math.floor(request.budget * watermark))
     forced = forced_ids(pool, name)
+    forced_total = sum(tokens_of(it) for it in pool if it.id in forced)
+    # the fixed part plus the watermark of the rest, never above 90 % (a peer's rule: the
+    # whole budget)
+    room = max(0, request.budget - forced_total)
+    target = min(math.floor(request.budget * 0.9), forced_total + math.floor(room * watermark))
+    if name in BASELINES:
+        target = request.budget
+    target = max(1, target)
     if name != "layered":
-        forced_total = sum(tokens_of(it) for it in pool if it.id in forced)
         assert res.used <= max(target, forced_total)
     elif res.used > target:
         # layered never evicts forced units nor L0/L3/L4: everything else has gone.

@@ -12,7 +12,7 @@ from ctxledger.domain.generation_policy import RECENT_FAILURES, keep_ids, plan_b
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import KEPT_CLIPPED
 from ctxledger.domain.request import BuildRequest, Scope
-from ctxledger.domain.strategies import strategy_names
+from ctxledger.domain.strategies import BASELINES, strategy_names
 from ctxledger.domain.tokens import EstimatingCounter
 from tests.property.strategies_items import build_requests, item_pools
 
@@ -26,7 +26,8 @@ def tokens_of(item: Item) -> int:
 
 
 def forced(item: Item, strategy: str) -> bool:
-    return item.pinned or item.mandatory or (strategy == "layered" and item.source in ALWAYS_KEPT)
+    own = item.pinned or item.mandatory or item.source is Source.ROLE_INSTRUCTION
+    return own or (strategy == "layered" and item.source in ALWAYS_KEPT)
 
 
 def forced_group_ids(pool: list[Item], strategy: str) -> set[str]:
@@ -51,10 +52,14 @@ def test_keep_ids_is_the_newest_group_then_the_last_failures() -> None:
     assert RECENT_FAILURES == 3
 
 
+ENGINE_STRATEGIES = [n for n in strategy_names() if n not in BASELINES]
+"""The baselines are the peers' rules: no latest-step policy (domain.strategies.baselines)."""
+
+
 @given(
     item_pools(max_size=25),
     build_requests(),
-    st.sampled_from(strategy_names()),
+    st.sampled_from(ENGINE_STRATEGIES),
     st.lists(st.sampled_from(["line of tool output", "E   AssertionError", "x" * 40]), min_size=1,
              max_size=400).map("\n".join),
 )  # fmt: skip

@@ -36,7 +36,9 @@ def tokens_of(item: Item) -> int:
 
 
 def is_forced(item: Item, strategy: str) -> bool:
-    own = item.pinned or item.mandatory
+    """Pinned and mandatory items and role instructions (``layered`` also keeps steering
+    notes and event history)."""
+    own = item.pinned or item.mandatory or item.source is Source.ROLE_INSTRUCTION
     return own or (strategy == "layered" and item.source in ALWAYS_KEPT)
 
 

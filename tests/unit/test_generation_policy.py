@@ -13,6 +13,7 @@ from ctxledger.domain.generation_policy import (
     BuildPlan,
     EmittedContext,
     plan_build,
+    rebuild_target,
     refresh_split,
     shrink_cap,
 )
@@ -165,16 +166,32 @@ def test_an_emitted_item_that_left_the_pool_forces_a_rebuild() -> None:
     assert plan.emitted_order == ("a", "c")
 
 
-def test_pinned_content_may_overflow_the_watermark_but_is_recorded() -> None:
+def test_the_rebuild_target_is_the_fixed_part_plus_the_watermark_of_the_rest() -> None:
     pinned = mk("p", Layer.L1, Source.STEERING_NOTE, 60, pinned=True)
     pool = [pinned, B, C]
     ctx = emitted(plan_build(request(), pool, None, COUNTER))
     plan = plan_build(request(), pool, ctx, COUNTER, watermark=0.5, force_rebuild="manual")
     assert plan.kind == "rebuild"
-    # Target 50; the pinned note alone is 60: kept whole, nothing else fits.
+    # Target 60 + 0.5 × (100 − 60) = 80: the pinned note and b (20) fit, c (10) does not.
+    assert [it.id for it in plan.result.items] == ["p", "b"]
+    assert plan.result.used == 80
+    assert actions(plan) == {"b": "included", "c": "over_budget", "p": "included"}
+    # never above 90 % of the budget, and at least the fixed part
+    assert rebuild_target(100, 0.9, 60) == 90
+    assert rebuild_target(100, 0.5, 0) == 50
+    assert rebuild_target(100, 0.5, 120) == 90
+
+
+def test_pinned_content_may_overflow_the_watermark_but_is_recorded() -> None:
+    pinned = mk("p", Layer.L1, Source.STEERING_NOTE, 95, pinned=True)
+    pool = [pinned, B, C]
+    ctx = emitted(plan_build(request(), pool, None, COUNTER))
+    plan = plan_build(request(), pool, ctx, COUNTER, watermark=0.5, force_rebuild="manual")
+    assert plan.kind == "rebuild"
+    # Target 90 (the headroom cap); the pinned note alone is 95: kept whole, nothing else fits.
     assert [it.id for it in plan.result.items] == ["p"]
-    assert plan.result.used == 60
-    assert plan.result.overflow == 0  # 60 ≤ the request's budget of 100
+    assert plan.result.used == 95
+    assert plan.result.overflow == 0  # 95 ≤ the request's budget of 100
     assert actions(plan) == {"b": "over_budget", "c": "over_budget", "p": "included"}
 
 
