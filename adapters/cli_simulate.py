@@ -53,7 +53,7 @@ WatermarkOpt = Annotated[
     ),
 ]
 
-_WIDE = 170
+_WIDE = 210
 
 
 def _write_json(obj: Any) -> None:
@@ -115,6 +115,7 @@ def _human_rows(r: SimulationReport) -> list[tuple[str, str]]:
     return [
         ("strategy", r.strategy),
         ("budget / window", f"{r.budget} / {r.window if r.window else '—'}"),
+        ("rebuild watermark", f"{r.watermark:g}"),
         ("tokenizer", r.tokenizer),
         ("steps / prompts / rejected", f"{r.steps} / {r.prompts} / {r.rejected_prompts}"),
         ("generations (refresh, rebuild)", f"{r.generations} ({r.refreshes}, {r.rebuilds})"),
@@ -132,6 +133,17 @@ def _human_rows(r: SimulationReport) -> list[tuple[str, str]]:
             else "—",
         ),
         ("recent failures present", _pct(r.recent_failures_present)),
+        (
+            "next-action recall (pooled / turn min)",
+            f"{_pct(r.next_action_recall.pooled)} / {_pct(r.next_action_recall.min)}"
+            f" ({r.next_action_recall.hits} of {r.next_action_recall.needed})",
+        ),
+        ("role instructions whole", _pct(r.instructions_whole)),
+        (
+            "order inversions / observation before action",
+            f"{r.order_inversions} / {r.observation_before_action}",
+        ),
+        ("stale failures share", _pct(r.stale_failures_share)),
         ("eviction regret", _pct(r.eviction_regret)),
         ("prefix reuse (limit)", f"{_pct(r.prefix_reuse)} ({_pct(r.prefix_reuse_limit)})"),
         ("prefix reuse within generation", _pct(r.prefix_reuse_within_generation)),
@@ -197,7 +209,9 @@ def compare(
 COMPARE_LEGEND = (
     "gens: generations (refreshes/rebuilds) · tok: prompt tokens · over: over-budget prompts · "
     "ovfl: overflow prompts · pin-drop: pinned dropped · objective/latest/fails: objective, "
-    "latest observation, recent failures present · reuse/limit/in-gen: prefix reuse, its "
+    "latest observation, recent failures present · recall: next-action recall · instr: role "
+    "instructions whole · order: order inversions/observations before their action · stale: "
+    "stale failures share · reuse/limit/in-gen: prefix reuse, its "
     "append-only limit, within generations · static: static prefix changes · cached: expected "
     "cached tokens"
 )
@@ -219,7 +233,8 @@ def compare_table(
     )
     columns = (
         "strategy", "gens(rf/rb)", "tok max/mean/p95", "over", "ovfl", "pin-drop", "objective",
-        "latest", "fails", "reuse", "limit", "in-gen", "static", "cached", "events",
+        "latest", "fails", "recall", "instr", "order", "stale", "reuse", "limit", "in-gen",
+        "static", "cached", "events",
     )  # fmt: skip
     rows = [
         (
@@ -232,6 +247,10 @@ def compare_table(
             _pct(r.objective_present),
             _pct(r.latest_observation_present),
             _pct(r.recent_failures_present),
+            _pct(r.next_action_recall.pooled),
+            _pct(r.instructions_whole),
+            f"{r.order_inversions}/{r.observation_before_action}",
+            _pct(r.stale_failures_share),
             _pct(r.prefix_reuse),
             _pct(r.prefix_reuse_limit),
             _pct(r.prefix_reuse_within_generation),

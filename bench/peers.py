@@ -30,6 +30,7 @@ from typing import Any
 from bench.pools import make_pool
 from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
 from ctxledger.adapters.importers.items import objective_item, role_items, step_items
+from ctxledger.adapters.prompt_quality import QualityTally, StepFacts
 from ctxledger.adapters.simulate import simulate_trajectory
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.ports import TokenCounter
@@ -176,8 +177,10 @@ def _score(
             if obs is not None and t.failures[k]:
                 fail_total += 1
                 fail_hits += obs in p
+    quality = _quality(t, prompts, tokens, counter)
     n = len(prompts)
     return {
+        **quality,
         "prompts": n,
         "tokens_mean": round(statistics.fmean(tokens), 1) if tokens else 0.0,
         "tokens_max": max(tokens, default=0),
@@ -187,6 +190,35 @@ def _score(
         "latest_observation": round(latest_hits / latest_total, 4) if latest_total else None,
         "recent_failures": round(fail_hits / fail_total, 4) if fail_total else None,
         "ms_per_turn": round(statistics.fmean(seconds) * 1e3, 3) if seconds else 0.0,
+    }
+
+
+def _quality(
+    t: Transcript, prompts: Sequence[str], tokens: Sequence[int], counter: TokenCounter
+) -> dict[str, Any]:
+    """The prompt-quality measures of ``simulate`` (adapters/prompt_quality.py) over a peer's
+    prompts. A peer's prompt is a sublist of the transcript's messages in their order, so
+    its order faults are not measured (``None``): there is no block order to get wrong."""
+    traj = t.trajectory
+    facts = [
+        StepFacts(action=s.action, observation=s.observation, failure=s.failure, command=s.command)
+        for s in traj.steps
+    ]
+    tally = QualityTally(traj.role_texts, traj.task, facts)
+    for n, p in enumerate(prompts):
+        stale = sum(
+            counter.count(obs)
+            for k in tally.stale_steps(n)
+            if (obs := t.observations[k]) is not None and obs in p
+        )
+        tally.prompt(n, p, tokens[n], stale_tokens=stale)
+    report = tally.report()
+    return {
+        "next_action_recall": report.next_action_recall.pooled,
+        "instructions_whole": report.instructions_whole,
+        "order_inversions": None,
+        "observation_before_action": None,
+        "stale_failures_share": report.stale_failures_share,
     }
 
 
@@ -336,6 +368,11 @@ def _ctxledger(t: Transcript, budget: int, strategy: str, counter: TokenCounter)
         "recent_failures": report.recent_failures_present,
         "ms_per_turn": round(statistics.fmean(gaps) * 1e3, 3) if gaps else round(took * 1e3, 3),
         "generations": report.generations,
+        "next_action_recall": report.next_action_recall.pooled,
+        "instructions_whole": report.instructions_whole,
+        "order_inversions": report.order_inversions,
+        "observation_before_action": report.observation_before_action,
+        "stale_failures_share": report.stale_failures_share,
     }
 
 

@@ -173,17 +173,16 @@ def keep_ids(candidates: Sequence[Item]) -> tuple[str, ...]:
 
 
 _TOKENS = operator.attrgetter("token_count")
-HEADROOM = 0.9
-"""A rebuild never packs above this share of the budget (the seed's hysteresis)."""
+_GONE = Decision(item_id="", action="dropped")
 
 
 def rebuild_target(budget: int, watermark: float, fixed: int) -> int:
     """The pack size a rebuild aims at: the *fixed* tokens (forced content: pinned and
-    mandatory items, role instructions), which never grow, plus *watermark* of the room
-    left beside them — the headroom a generation needs is for what it appends, not for the
-    fixed part — and never above :data:`HEADROOM` of the budget."""
+    mandatory items, role instructions), which never grow, plus *watermark* (≤ 0.9) of the
+    room beside them — the headroom a generation needs is for what it appends, so at least
+    10 % of that room stays free, whatever the fixed part takes."""
     room = max(0, budget - fixed)
-    return max(1, min(int(budget * HEADROOM), fixed + int(room * watermark)))
+    return max(1, min(budget, fixed + int(room * watermark)))
 
 
 RECENT_FAILURE_STEPS = 10
@@ -213,9 +212,11 @@ def recent_groups(candidates: Sequence[Item], budget: int) -> tuple[str, ...]:
     return tuple(groups)
 
 
-WORKING_SET_SHARE = 0.1
-"""The share of the budget a working-set item may take (at most :data:`WORKING_SET_MAX`)."""
+WORKING_SET_SHARE = 0.25
+"""The share of the room beside the fixed (forced) part a working-set item may take (at most
+:data:`WORKING_SET_MAX` tokens; none below :data:`WORKING_SET_MIN`)."""
 WORKING_SET_MAX = 1500
+WORKING_SET_MIN = 64
 
 
 def _full_select(  # noqa: PLR0917 - the planner's inputs, named at the one call site
@@ -225,23 +226,24 @@ def _full_select(  # noqa: PLR0917 - the planner's inputs, named at the one call
     target: int,
     budget: int,
     history: Mapping[str, Item] | None,
+    fixed: int,
 ) -> tuple[PackResult, Item | None]:
     """A generation's first pack into *target* (≤ *budget*) and its working-set item: the
-    working set takes the room between the pack and the budget, up to its share; when the
-    pack leaves none (*target* is the budget) and steps are left out, the pack is made
-    again that much smaller."""
+    working set takes the room between the pack and the budget, up to its share of the room
+    beside the *fixed* (forced) part; when the pack leaves none (*target* is the budget) and
+    steps are left out, the pack is made again that much smaller."""
     if history is None or not request.latest_step:
         return _select(_with_recent(request, candidates, target), candidates, counter, target), None
     olds = [c for c in candidates if is_working_set(c)]
     pool = [c for c in candidates if not is_working_set(c)] if olds else candidates
-    cap = max(64, min(WORKING_SET_MAX, int(budget * WORKING_SET_SHARE)))
+    cap = min(WORKING_SET_MAX, int(max(0, budget - fixed) * WORKING_SET_SHARE))
     result = _select(_with_recent(request, pool, target), pool, counter, target)
     hidden = any(
         d.action == "dropped" and d.item_id in history and history[d.item_id].group
         for d in result.decisions.values()
     )
     ws: Item | None = None
-    if hidden:
+    if hidden and cap >= WORKING_SET_MIN:
         if budget - result.used < cap and target > 2 * cap:
             target -= cap
             result = _select(_with_recent(request, pool, target), pool, counter, target)
@@ -336,7 +338,8 @@ def plan_build(
         request = msgspec.structs.replace(request, keep_ids=keep_ids(candidates))
     budget = request.budget
     if not force_rebuild and (ctx is None or not ctx.decisions):
-        result, ws = _full_select(request, candidates, counter, budget, budget, history)
+        fixed = sum(map(_TOKENS, filter(is_forced, candidates))) if history is not None else 0
+        result, ws = _full_select(request, candidates, counter, budget, budget, history, fixed)
         return BuildPlan(kind="initial", result=result, emitted_order=(), working_set=ws)
     keep = frozenset(request.keep_ids)
     known = None
@@ -382,14 +385,12 @@ def plan_build(
             need = ctx.used + added.used + sum(d.tokens_before - d.tokens_after for d in over)
             reason = f"budget: next pack needs {need} > {budget} tokens"
     if is_rolling(request.strategy) and ctx is not None:
-        return BuildPlan(
-            kind="rebuild",
-            result=_rolling_select(request, candidates, ctx, counter),
-            emitted_order=(),
-            reason=reason,
-        )
-    target = rebuild_target(budget, watermark, sum(map(_TOKENS, filter(is_forced, candidates))))
-    result, ws = _full_select(request, candidates, counter, target, budget, history)
+        result = _rolling_select(request, candidates, ctx, counter)
+        kept = tuple(i for i in ctx.order if result.decisions.get(i, _GONE).action != "dropped")
+        return BuildPlan(kind="rebuild", result=result, emitted_order=kept, reason=reason)
+    fixed = sum(map(_TOKENS, filter(is_forced, candidates)))
+    target = rebuild_target(budget, watermark, fixed)
+    result, ws = _full_select(request, candidates, counter, target, budget, history, fixed)
     if result.budget != budget:
         result = msgspec.structs.replace(
             result, budget=budget, overflow=max(0, result.used - budget)
@@ -421,11 +422,12 @@ def _stateless_plan(
     assert ctx is not None or force_rebuild
     if ctx is not None and not force_rebuild:
         decisions = ctx.decisions
-        kept = all(result.decisions.get(k) == d for k, d in decisions.items())
+        same = all(result.decisions.get(k) == d for k, d in decisions.items())
         new = [it for it in result.items if it.id not in ctx.emitted]
-        if kept and not (chronology and _out_of_order(new, ctx.order, chronology)):
+        used = sum(map(_TOKENS, new))
+        fits = ctx.used + used <= request.budget
+        if same and fits and not (chronology and _out_of_order(new, ctx.order, chronology)):
             changed = {k: d for k, d in result.decisions.items() if decisions.get(k) != d}
-            used = sum(map(_TOKENS, new))
             appended = msgspec.structs.replace(
                 result, items=tuple(new), decisions=changed, used=used, overflow=0
             )
@@ -438,9 +440,15 @@ def _stateless_plan(
             return BuildPlan(
                 kind="append", result=whole, emitted_order=ctx.order, appended=appended
             )
-    return BuildPlan(
-        kind="rebuild", result=result, emitted_order=(), reason=force_rebuild or WINDOW
+    reason = force_rebuild or WINDOW
+    if ctx is not None and not force_rebuild:
+        off = sum(1 for it in ctx.emitted.values() if other_stage(it, request.stage_id))
+        reason = f"{OTHER_STAGE}:{off}" if off else reason
+    order = ctx.order if ctx is not None else ()
+    kept = tuple(
+        i for i in order if i in result.decisions and result.decisions[i].action != "dropped"
     )
+    return BuildPlan(kind="rebuild", result=result, emitted_order=kept, reason=reason)
 
 
 WINDOW = "window: the oldest steps shown left the window"

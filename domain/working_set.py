@@ -37,10 +37,10 @@ __all__ = [
 WORKING_SET_SOURCE_ID = "working-set"
 """``Item.source_id`` of a working-set item (its source is ``generated_summary``)."""
 
-_MAX_FILES = 16
+_MAX_FILES = 24
 _MAX_COMMANDS = 10
 _MAX_FAILURES = 8
-_MAX_NAMES = 160
+_MAX_NAMES = 320
 _NAMED_STEPS = 200  # the newest hidden steps whose commands are read for names
 _COMMAND_CHARS = 72
 _EDIT = re.compile(

@@ -13,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ctxledger.domain.generation_policy import (
+    WINDOW,
     BuildPlan,
     EmittedContext,
     plan_build,
@@ -82,7 +83,10 @@ def test_an_append_never_reorders_or_changes_what_was_emitted(
         return
     assert plan.kind in ("append", "rebuild")
     if plan.kind == "rebuild":
-        assert plan.reason.startswith("budget: next pack needs ")
+        # a peer's stateless rule rebuilds when its window moves
+        assert plan.reason.startswith("budget: next pack needs ") or (
+            name in BASELINES and plan.reason == WINDOW
+        )
         return
     before = list(ctx.emitted.values())
     assert list(res.items[: len(before)]) == before

@@ -242,7 +242,13 @@ def _new_candidates_one_by_one(
     for item in candidates:
         d = ctx.decisions.get(item.id)
         if d is None or (
-            d.action == "dropped" and (item.pinned or item.mandatory or item.id in keep)
+            d.action == "dropped"
+            and (
+                item.pinned
+                or item.mandatory
+                or item.source is Source.ROLE_INSTRUCTION
+                or item.id in keep
+            )
         ):
             out.append(item)
     return out

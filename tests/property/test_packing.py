@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from ctxledger.domain import packing
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import DROP_REASONS, PackResult
+from ctxledger.domain.prompt import render_item
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.strategies import STRATEGIES, get_strategy
@@ -115,8 +116,8 @@ def test_used_is_the_sum_of_what_was_selected(case: tuple[list[Item], BuildReque
         if d.action == "included":
             assert it.content == by_id[it.id].content
             assert it.token_count == tokens_of(by_id[it.id])
-        else:  # compressed or clipped: shorter, and counted with the pack's counter
-            assert it.token_count == COUNTER.count(it.content)
+        else:  # compressed or clipped: shorter, and counted as rendered with the pack's counter
+            assert it.token_count == COUNTER.count(render_item(it))
             assert d.tokens_after < d.tokens_before
             assert d.method
 

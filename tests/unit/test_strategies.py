@@ -16,6 +16,7 @@ from ctxledger.domain.packing import PackResult
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.strategies import (
+    BASELINES,
     STRATEGIES,
     LayeredStrategy,
     get_strategy,
@@ -54,15 +55,19 @@ def fate(res: PackResult) -> dict[str, str]:
 # --- registry -------------------------------------------------------------------------------
 
 
-def test_registry_names_the_six_strategies() -> None:
+def test_registry_names_the_six_strategies_and_the_three_baselines() -> None:
     assert strategy_names() == (
         "aggressive_refresh",
         "full_history",
+        "keep_first_last",
         "layered",
         "role_optimized",
         "summary",
+        "trim_last",
         "variable",
+        "window",
     )
+    assert BASELINES == ("trim_last", "keep_first_last", "window")
     for name, strategy in STRATEGIES.items():
         assert strategy.name == name
         assert get_strategy(name) is strategy
