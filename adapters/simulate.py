@@ -440,8 +440,9 @@ def simulate_trajectory(
                     if d.item_id in stale and d.action != "dropped"
                 ),
             )
-            for back in recorded[-_HINT_STEPS:]:
-                if back.observation is not None and back.observation.failure:
+            for back in recorded[-_HINT_STEPS:]:  # a failure since fixed is not current
+                obs = back.observation
+                if obs is not None and obs.failure and obs.id not in stale:
                     failure_total += 1
                     failure_hits += _in_prompt(back.observation, result, text, compressed=True)
             items = _as_recorded(

@@ -176,13 +176,21 @@ _TOKENS = operator.attrgetter("token_count")
 _GONE = Decision(item_id="", action="dropped")
 
 
+MIN_HEADROOM = 1024
+"""Below this many tokens of headroom a generation cannot append a step or two anyway: a
+rebuild then fills 90 % of the room (the seed's hysteresis) instead of the watermark's."""
+
+
 def rebuild_target(budget: int, watermark: float, fixed: int) -> int:
     """The pack size a rebuild aims at: the *fixed* tokens (forced content: pinned and
     mandatory items, role instructions), which never grow, plus *watermark* (≤ 0.9) of the
     room beside them — the headroom a generation needs is for what it appends, so at least
-    10 % of that room stays free, whatever the fixed part takes."""
+    10 % of that room stays free, whatever the fixed part takes. When the watermark would
+    leave less than :data:`MIN_HEADROOM` tokens free, the headroom buys no appends and the
+    rebuild takes 90 % of the room."""
     room = max(0, budget - fixed)
-    return max(1, min(budget, fixed + int(room * watermark)))
+    share = watermark if room * (1 - watermark) >= MIN_HEADROOM else max(watermark, 0.9)
+    return max(1, min(budget, fixed + int(room * share)))
 
 
 RECENT_FAILURE_STEPS = 10

@@ -5,20 +5,34 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ctxledger.domain.errors import InvalidInputError
-from ctxledger.domain.packing import OTHER_PHASE, Candidate, OmitFn, PackResult
+from ctxledger.domain.packing import OTHER_PHASE, Candidate, OmitFn, PackResult, is_forced
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.ranked_pack import pack
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import ScoredItem
 
-__all__ = ["BUDGET_PERCENT", "AggressiveRefreshStrategy"]
+__all__ = ["BUDGET_PERCENT", "AggressiveRefreshStrategy", "tighter"]
 
 BUDGET_PERCENT = 60
 
 
+def tighter(budget: int, candidates: Sequence[ScoredItem], percent: int) -> int:
+    """The forced content's tokens plus *percent* of the room the budget leaves beside them
+    (forced content is sent whatever the budget: cutting the budget below it would only
+    cut the newest step)."""
+    forced = sum(
+        sc.item.token_count if sc.item.token_count > 0 else 0
+        for sc in candidates
+        if is_forced(sc.item)
+    )
+    room = max(0, max(budget, 0) - forced)
+    return min(max(budget, 0), forced + room * percent // 100)
+
+
 class AggressiveRefreshStrategy:
-    """Packs like ``variable`` against ``budget * 60 // 100`` and drops items recorded in
-    another phase (both phases non-empty and different) with reason ``other_phase``."""
+    """Packs like ``variable`` against its forced content plus 60 % of the room beside it
+    (:func:`tighter`) and drops items recorded in another phase (both phases non-empty and
+    different) with reason ``other_phase``."""
 
     def __init__(self, budget_percent: int = BUDGET_PERCENT) -> None:
         if not 0 < budget_percent <= 100:
@@ -45,7 +59,7 @@ class AggressiveRefreshStrategy:
             candidates,
             counter,
             strategy_name=self.name,
-            budget=max(request.budget, 0) * self._percent // 100,
+            budget=tighter(request.budget, candidates, self._percent),
             omit=omit,
             omit_key=("other_phase", phase),
         )
