@@ -444,7 +444,7 @@ def simulate_trajectory(
                 obs = back.observation
                 if obs is not None and obs.failure and obs.id not in stale:
                     failure_total += 1
-                    failure_hits += _in_prompt(back.observation, result, text, compressed=True)
+                    failure_hits += _in_prompt(obs, result, text, compressed=True)
             items = _as_recorded(
                 step_items(traj, step, make, at=times[n]), engine.record_many, agent
             )

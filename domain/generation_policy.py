@@ -76,6 +76,9 @@ class AppendFacts(msgspec.Struct, frozen=True, kw_only=True):
     gone: int
     off_stage: int
     new: tuple[Item, ...]
+    forced_cut: int = 0
+    """Emitted items sent clipped or compressed that are forced now (pinned since): a
+    forced item is never cut, so the build rebuilds."""
 
 
 FactsSource = Callable[[frozenset[str], str], AppendFacts]
@@ -136,6 +139,13 @@ def append_facts(
     specification ``projections.turn_memo`` keeps up to date in O(changes))."""
     present = set(map(_ID, candidates))
     return AppendFacts(
+        forced_cut=sum(
+            1
+            for i, it in ctx.emitted.items()
+            if i in present
+            and ctx.decisions[i].action in ("clipped", "compressed")
+            and is_forced(it)
+        ),
         gone=sum(1 for i in ctx.emitted if i not in present),
         off_stage=sum(1 for it in ctx.emitted.values() if other_stage(it, stage_id)),
         new=tuple(new_candidates(candidates, ctx, keep, present)),
@@ -361,6 +371,7 @@ def plan_build(
         force_rebuild
         or (f"removed:{known.gone}" if known is not None and known.gone else "")
         or (f"{OTHER_STAGE}:{known.off_stage}" if known is not None and known.off_stage else "")
+        or (f"{PINNED}:{known.forced_cut}" if known is not None and known.forced_cut else "")
     )
     if not reason and ctx is not None and known is not None:
         new = known.new
@@ -485,6 +496,9 @@ def _rolling_select(
             )
     return msgspec.structs.replace(result, decisions=decisions)
 
+
+PINNED = "pinned"
+"""The rebuild reason of an append over an emitted item that was cut and is forced now."""
 
 ORDER = "order"
 """The rebuild reason of an append that would break the transcript order."""

@@ -87,6 +87,9 @@ class TurnMemo(msgspec.Struct, frozen=True, kw_only=True):
     """Emitted items that are no longer candidates (removed from the pool)."""
     notes: frozenset[str]
     """Emitted steering notes (the ones a stage change can put off stage)."""
+    forced_cut: frozenset[str] = frozenset()
+    """Emitted items sent clipped or compressed that are forced now (pinned after they were
+    sent): a forced item is never cut, so the next build rebuilds."""
 
 
 class TurnView(msgspec.Struct, frozen=True, kw_only=True):
@@ -118,10 +121,14 @@ class TurnView(msgspec.Struct, frozen=True, kw_only=True):
                 chosen.add(item_id)
         emitted = memo.emitted
         return AppendFacts(
+            forced_cut=len(memo.forced_cut),
             gone=len(memo.gone),
             off_stage=sum(1 for i in memo.notes if other_stage(emitted[i], stage_id)),
             new=tuple(pool.current(i) for i in sorted(chosen, key=pool.seq.__getitem__)),
         )
+
+
+_CUT = ("clipped", "compressed")
 
 
 def _candidate(pool: AgentPool, item_id: str) -> bool:
@@ -140,6 +147,7 @@ class _Sets:
         self.forced_dropped = set(memo.forced_dropped)
         self.gone = set(memo.gone)
         self.notes = set(memo.notes)
+        self.forced_cut = set(memo.forced_cut)
 
     def place(
         self, pool: AgentPool, item_id: str, d: Decision | None, emitted: dict[str, Item]
@@ -152,6 +160,8 @@ class _Sets:
         sent = emitted.get(item_id)
         _mark(self.gone, item_id, sent is not None and not candidate)
         _mark(self.notes, item_id, sent is not None and sent.source is Source.STEERING_NOTE)
+        cut = sent is not None and d is not None and d.action in _CUT
+        _mark(self.forced_cut, item_id, cut and candidate and _forced(pool, item_id))
 
     def memo(
         self, pack_id: str, generation: int, emitted: dict[str, Item], included: int
@@ -165,6 +175,7 @@ class _Sets:
             forced_dropped=frozenset(self.forced_dropped),
             gone=frozenset(self.gone),
             notes=frozenset(self.notes),
+            forced_cut=frozenset(self.forced_cut),
         )
 
 
@@ -210,6 +221,11 @@ def memo_of_decisions(
         forced_dropped=frozenset(forced.intersection(decisions.keys()).difference(sent, removed)),
         gone=frozenset(emitted.keys() & removed),
         notes=frozenset(i for i, it in emitted.items() if it.source is Source.STEERING_NOTE),
+        forced_cut=frozenset(
+            i
+            for i, it in emitted.items()
+            if decisions[i].action in _CUT and i not in removed and is_forced(it)
+        ),
     )
 
 

@@ -17,6 +17,7 @@ from ctxledger.domain.generation_policy import (
     BuildPlan,
     EmittedContext,
     plan_build,
+    rebuild_target,
     refresh_split,
     shrink_cap,
 )
@@ -116,10 +117,8 @@ def test_a_forced_rebuild_stays_below_the_watermark_but_for_forced_content(
     assert res.overflow == max(0, res.used - request.budget)
     forced = forced_ids(pool, name)
     forced_total = sum(tokens_of(it) for it in pool if it.id in forced)
-    # the fixed part plus the watermark of the rest, never above 90 % (a peer's rule: the
-    # whole budget)
-    room = max(0, request.budget - forced_total)
-    target = min(math.floor(request.budget * 0.9), forced_total + math.floor(room * watermark))
+    # the fixed part plus the watermark of the rest (a peer's rule: the whole budget)
+    target = rebuild_target(request.budget, watermark, forced_total)  # its own unit tests
     if name in BASELINES:
         target = request.budget
     target = max(1, target)

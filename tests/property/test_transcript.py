@@ -13,7 +13,12 @@ from hypothesis import strategies as st
 
 from ctxledger.domain.build_record import record_build
 from ctxledger.domain.events import ItemRecorded
-from ctxledger.domain.generation_policy import EmittedContext, plan_build
+from ctxledger.domain.generation_policy import (
+    WORKING_SET_MAX,
+    WORKING_SET_SHARE,
+    EmittedContext,
+    plan_build,
+)
 from ctxledger.domain.model import Generation, Item, Layer, Source
 from ctxledger.domain.prompt import compose, compose_append, render_item
 from ctxledger.domain.request import BuildRequest
@@ -168,9 +173,13 @@ def test_the_working_set_is_what_recomputing_it_from_the_history_gives(
     shown = {k for k, d in plan.result.decisions.items() if d.action != "dropped"}
     if ws is None:
         return
-    cap = ws.token_count
+    # the spec of its size: its share of the room beside the forced part, within what the
+    # pack left of the budget
+    fixed = sum(it.token_count for it in pool if it.pinned or it.source is Source.ROLE_INSTRUCTION)
+    share = min(WORKING_SET_MAX, int(max(0, budget - fixed) * WORKING_SET_SHARE))
+    room = budget - (plan.result.used - ws.token_count)
     again = working_set_item(
-        tuple(it for it in pool), shown - {ws.id}, agent="a", token_budget=cap,
+        tuple(it for it in pool), shown - {ws.id}, agent="a", token_budget=min(share, room),
         count=lambda it: COUNTER.count(render_item(it)),
     )  # fmt: skip
     assert again == ws

@@ -288,13 +288,22 @@ def _memo_by_plain_passes(gen: Generation, pool: AgentPool) -> TurnMemo | None:
         included=len(gen.decisions) - len(dropped),
         undecided=frozenset(i for i in items if i not in gen.decisions and i not in removed),
         forced_dropped=frozenset(
-            i
-            for i in dropped
-            if i in items and i not in removed and (items[i].pinned or items[i].mandatory)
+            i for i in dropped if i in items and i not in removed and _forced(items[i])
         ),
         gone=frozenset(i for i in ctx.emitted if i in removed),
         notes=frozenset(i for i, it in ctx.emitted.items() if it.source is Source.STEERING_NOTE),
+        forced_cut=frozenset(
+            i
+            for i, it in ctx.emitted.items()
+            if gen.decisions[i].action in ("clipped", "compressed")
+            and i not in removed
+            and _forced(it)
+        ),
     )
+
+
+def _forced(it: Item) -> bool:
+    return it.pinned or it.mandatory or it.source is Source.ROLE_INSTRUCTION
 
 
 _MEMO_IDS = [f"i{n}" for n in range(10)]
