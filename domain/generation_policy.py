@@ -167,7 +167,7 @@ def keep_ids(candidates: Sequence[Item]) -> tuple[str, ...]:
     last = candidates[-1]
     step = [c.id for c in candidates if c.group == last.group] if last.group else [last.id]
     failures: list[str] = []
-    passed: set[str] = set()  # commands that ran without failing later than the walk is
+    passed: set[str] = set()  # commands whose output, later than the walk is, did not fail
     steps: set[str] = set()
     for c in reversed(candidates):
         steps.add(c.group or c.id)
@@ -175,7 +175,7 @@ def keep_ids(candidates: Sequence[Item]) -> tuple[str, ...]:
             break
         sig = c.tool_signature
         if not c.failure:
-            if sig:
+            if sig and c.source is not Source.CONVERSATION:  # a result, not the command
                 passed.add(sig)
         elif c.id not in step and sig not in passed:
             failures.append(c.id)
@@ -186,21 +186,31 @@ _TOKENS = operator.attrgetter("token_count")
 _GONE = Decision(item_id="", action="dropped")
 
 
-MIN_HEADROOM = 1024
-"""Below this many tokens of headroom a generation cannot append a step or two anyway: a
-rebuild then fills 90 % of the room (the seed's hysteresis) instead of the watermark's."""
-
-
-def rebuild_target(budget: int, watermark: float, fixed: int) -> int:
+def rebuild_target(budget: int, watermark: float, fixed: int, step: int = 0) -> int:
     """The pack size a rebuild aims at: the *fixed* tokens (forced content: pinned and
     mandatory items, role instructions), which never grow, plus *watermark* (≤ 0.9) of the
     room beside them — the headroom a generation needs is for what it appends, so at least
-    10 % of that room stays free, whatever the fixed part takes. When the watermark would
-    leave less than :data:`MIN_HEADROOM` tokens free, the headroom buys no appends and the
+    10 % of that room stays free, whatever the fixed part takes. When the headroom the
+    watermark leaves could not hold a *step* like the newest one, it buys no append and the
     rebuild takes 90 % of the room."""
     room = max(0, budget - fixed)
-    share = watermark if room * (1 - watermark) >= MIN_HEADROOM else max(watermark, 0.9)
+    share = watermark if room * (1 - watermark) >= step else max(watermark, 0.9)
     return max(1, min(budget, fixed + int(room * share)))
+
+
+def newest_step_tokens(candidates: Sequence[Item]) -> int:
+    """The tokens of the newest step: the last candidate and those before it in its group."""
+    if not candidates:
+        return 0
+    last = candidates[-1]
+    if not last.group:
+        return last.token_count
+    total = 0
+    for c in reversed(candidates):
+        if c.group != last.group:
+            break
+        total += c.token_count
+    return total
 
 
 RECENT_FAILURE_STEPS = 10
@@ -408,7 +418,7 @@ def plan_build(
         kept = tuple(i for i in ctx.order if result.decisions.get(i, _GONE).action != "dropped")
         return BuildPlan(kind="rebuild", result=result, emitted_order=kept, reason=reason)
     fixed = sum(map(_TOKENS, filter(is_forced, candidates)))
-    target = rebuild_target(budget, watermark, fixed)
+    target = rebuild_target(budget, watermark, fixed, newest_step_tokens(candidates))
     result, ws = _full_select(request, candidates, counter, target, budget, history, fixed)
     if result.budget != budget:
         result = msgspec.structs.replace(

@@ -102,34 +102,46 @@ def _pack(
     return acc.result(limit)
 
 
-class TrimLastStrategy:
+class _Baseline:
+    """A peer's rule: the forced content, the first :attr:`first` steps, then the newest
+    steps while they fit (:func:`_pack`)."""
+
+    label = ""
+    first = 0
+    stateless = False
+    rolling = False
+
+    @property
+    def name(self) -> str:
+        return self.label
+
+    def select(
+        self, request: BuildRequest, candidates: Sequence[ScoredItem], counter: TokenCounter
+    ) -> PackResult:
+        return _pack(request, candidates, counter, name=self.label, first=self.first)
+
+
+class TrimLastStrategy(_Baseline):
     """LangChain ``trim_messages(strategy="last")``'s rule (module docstring)."""
 
+    label = "trim_last"
     stateless = True
 
-    @property
-    def name(self) -> str:
-        return "trim_last"
 
-    def select(
-        self, request: BuildRequest, candidates: Sequence[ScoredItem], counter: TokenCounter
-    ) -> PackResult:
-        return _pack(request, candidates, counter, name=self.name, first=0)
-
-
-class KeepFirstLastStrategy:
+class KeepFirstLastStrategy(_Baseline):
     """The first :data:`FIRST_STEPS` steps and the newest that fit (module docstring)."""
 
+    label = "keep_first_last"
+    first = FIRST_STEPS
     stateless = True
 
-    @property
-    def name(self) -> str:
-        return "keep_first_last"
 
-    def select(
-        self, request: BuildRequest, candidates: Sequence[ScoredItem], counter: TokenCounter
-    ) -> PackResult:
-        return _pack(request, candidates, counter, name=self.name, first=FIRST_STEPS)
+class WindowStrategy(_Baseline):
+    """OpenHands' ConversationWindowCondenser's rule (module docstring): selects like
+    ``trim_last`` among the candidates the engine's rolling window leaves it."""
+
+    label = "window"
+    rolling = True
 
 
 def newer_half(steps: Sequence[str]) -> tuple[str, ...]:
@@ -137,19 +149,3 @@ def newer_half(steps: Sequence[str]) -> tuple[str, ...]:
     at least one."""
     keep = max(1, len(steps) // 2)
     return tuple(steps[len(steps) - keep :])
-
-
-class WindowStrategy:
-    """OpenHands' ConversationWindowCondenser's rule (module docstring): selects like
-    ``trim_last`` among the candidates the engine's rolling window leaves it."""
-
-    rolling = True
-
-    @property
-    def name(self) -> str:
-        return "window"
-
-    def select(
-        self, request: BuildRequest, candidates: Sequence[ScoredItem], counter: TokenCounter
-    ) -> PackResult:
-        return _pack(request, candidates, counter, name=self.name, first=0)

@@ -61,6 +61,36 @@ def test_compare_json_has_one_row_per_strategy(shared: Path, tmp_path: Path) -> 
     assert all(r["latest_observation_present"] == 1.0 for r in result["rows"])
 
 
+def test_simulate_reports_what_the_next_action_needs_and_takes_a_watermark(
+    shared: Path, tmp_path: Path
+) -> None:
+    """The prompt-quality keys, exactly these names, and ``--watermark`` recorded and used."""
+    path = shared / "swe-agent__gpt4__pydicom-1458.traj"
+    out = run("simulate", str(path), "--budget", "32000", "--watermark", "0.3", "--store",
+              "memory://", "--json", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["watermark"] == 0.3
+    recall = report["next_action_recall"]
+    assert set(recall) == {"pooled", "min", "hits", "needed"}
+    assert recall["needed"] > 0
+    assert recall["pooled"] == round(recall["hits"] / recall["needed"], 4)
+    assert report["instructions_whole"] == 1.0  # role instructions are forced
+    assert (report["order_inversions"], report["observation_before_action"]) == (0, 0)
+    assert 0.0 <= report["stale_failures_share"] <= 0.02
+    assert set(report["latest_observation_kept_fraction"]) == {"mean", "min"}
+    table = run("compare", str(path), "--budget", "8000", "--strategies",
+                "variable,trim_last,keep_first_last,window", "--store", "memory://",
+                cwd=tmp_path)  # fmt: skip
+    assert table.returncode == 0, table.stderr
+    header = table.stdout.splitlines()[1].split("\t")
+    assert {"recall", "instr", "order", "stale"} <= set(header)
+    rows = [line.split("\t")[0] for line in table.stdout.splitlines()[2:6]]
+    assert rows == ["variable", "trim_last", "keep_first_last", "window"]
+    bad = run("simulate", str(path), "--watermark", "0.95", "--store", "memory://", cwd=tmp_path)
+    assert "--watermark" in _one_line_error(bad)
+
+
 def test_human_output_is_a_table_with_the_store(tmp_path: Path) -> None:
     out = run("simulate", str(FIXTURES / "swe_agent_small.traj"), "--budget", "2000",
               "--store", f"sqlite:///{tmp_path / 's.db'}", cwd=tmp_path)  # fmt: skip

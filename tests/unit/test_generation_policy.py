@@ -12,6 +12,7 @@ import pytest
 from ctxledger.domain.generation_policy import (
     BuildPlan,
     EmittedContext,
+    keep_ids,
     plan_build,
     rebuild_target,
     refresh_split,
@@ -176,10 +177,13 @@ def test_the_rebuild_target_is_the_fixed_part_plus_the_watermark_of_the_rest() -
     assert [it.id for it in plan.result.items] == ["p", "b"]
     assert plan.result.used == 80
     assert actions(plan) == {"b": "included", "c": "over_budget", "p": "included"}
-    # never above 90 % of the budget, and at least the fixed part
-    assert rebuild_target(100, 0.9, 60) == 90
+    # at least 10 % of the room beside the fixed part stays free; never above the budget
+    assert rebuild_target(100, 0.9, 60) == 96
     assert rebuild_target(100, 0.5, 0) == 50
-    assert rebuild_target(100, 0.5, 120) == 90
+    assert rebuild_target(100, 0.5, 120) == 100
+    # headroom (20) that could not hold a step like the newest (30): 90 % of the room
+    assert rebuild_target(100, 0.5, 60, step=30) == 96
+    assert rebuild_target(100, 0.5, 60, step=20) == 80
 
 
 def test_pinned_content_may_overflow_the_watermark_but_is_recorded() -> None:
@@ -293,3 +297,22 @@ def test_shrink_cap_uses_the_providers_ratio_when_its_limit_is_below_its_count(
         failed, cap, attempt, provider_prompt_tokens=prompt, provider_limit_tokens=limit
     )
     assert got == expected
+
+
+def test_the_latest_step_policy_keeps_only_current_recent_failures() -> None:
+    """A failure a later passing run of the same command superseded is not kept, nor one
+    older than ten steps; the agent's own command re-issued is not a pass."""
+
+    def it(iid: str, source: Source, sig: str, *, failure: bool = False) -> Item:
+        return Item(id=iid, layer=Layer.L0, source=source, content=iid, group=iid.split(".", maxsplit=1)[0],
+                    tool_signature=sig, failure=failure)  # fmt: skip
+
+    fixed = it("s1.o", Source.TEST_RESULT, "pytest", failure=True)
+    passed = it("s2.o", Source.TEST_RESULT, "pytest")
+    retried = it("s3.o", Source.TOOL_LOG, "edit 3:5", failure=True)
+    again = it("s4.a", Source.CONVERSATION, "edit 3:5")  # the same command, issued again
+    latest = it("s5.o", Source.TOOL_LOG, "ls")
+    assert keep_ids([fixed, passed, retried, again, latest]) == ("s5.o", "s3.o")
+    old = it("s0.o", Source.TOOL_LOG, "make", failure=True)
+    steps = [it(f"t{n}.o", Source.TOOL_LOG, f"cmd {n}") for n in range(11)]
+    assert keep_ids([old, *steps]) == ("t10.o",)  # eleven steps later: not recent
