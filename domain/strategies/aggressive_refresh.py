@@ -16,15 +16,21 @@ __all__ = ["BUDGET_PERCENT", "AggressiveRefreshStrategy", "tighter"]
 BUDGET_PERCENT = 60
 
 
-def tighter(budget: int, candidates: Sequence[ScoredItem], percent: int) -> int:
-    """The forced content's tokens plus *percent* of the room the budget leaves beside them
-    (forced content is sent whatever the budget: cutting the budget below it would only
-    cut the newest step)."""
-    forced = sum(
-        sc.item.token_count if sc.item.token_count > 0 else 0
-        for sc in candidates
-        if is_forced(sc.item)
-    )
+def tighter(
+    budget: int, candidates: Sequence[ScoredItem], percent: int, counter: TokenCounter
+) -> int:
+    """The forced items' tokens (each id once, as packing counts them) plus *percent* of the
+    room the budget leaves beside them: forced content is sent whatever the budget, so
+    cutting the budget below it would only cut the newest step."""
+    seen: set[str] = set()
+    forced = 0
+    for sc in candidates:
+        item = sc.item
+        if item.id in seen:
+            continue
+        seen.add(item.id)
+        if is_forced(item):
+            forced += item.token_count if item.token_count > 0 else counter.count(item.content)
     room = max(0, max(budget, 0) - forced)
     return min(max(budget, 0), forced + room * percent // 100)
 
@@ -59,7 +65,7 @@ class AggressiveRefreshStrategy:
             candidates,
             counter,
             strategy_name=self.name,
-            budget=tighter(request.budget, candidates, self._percent),
+            budget=tighter(request.budget, candidates, self._percent, counter),
             omit=omit,
             omit_key=("other_phase", phase),
         )
