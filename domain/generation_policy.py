@@ -162,14 +162,16 @@ def keep_ids(candidates: Sequence[Item]) -> tuple[str, ...]:
     :data:`RECENT_FAILURES` failures among the last :data:`RECENT_FAILURE_STEPS` steps that
     no later passing run of the same command (``tool_signature``) superseded. *candidates*
     are in recording order."""
-    if not candidates:
+    last = _newest(candidates)
+    if last is None:
         return ()
-    last = candidates[-1]
     step = [c.id for c in candidates if c.group == last.group] if last.group else [last.id]
     failures: list[str] = []
     passed: set[str] = set()  # commands whose output, later than the walk is, did not fail
     steps: set[str] = set()
     for c in reversed(candidates):
+        if is_working_set(c):
+            continue
         steps.add(c.group or c.id)
         if len(failures) == RECENT_FAILURES or len(steps) > RECENT_FAILURE_STEPS:
             break
@@ -198,19 +200,24 @@ def rebuild_target(budget: int, watermark: float, fixed: int, step: int = 0) -> 
     return max(1, min(budget, fixed + int(room * share)))
 
 
+def _newest(candidates: Sequence[Item]) -> Item | None:
+    """The newest candidate that is not a working set (which a build records after the
+    steps it summarises: it is never the agent's latest step)."""
+    for c in reversed(candidates):
+        if not is_working_set(c):
+            return c
+    return None
+
+
 def newest_step_tokens(candidates: Sequence[Item]) -> int:
-    """The tokens of the newest step: the last candidate and those before it in its group."""
-    if not candidates:
+    """The tokens of the newest step: the newest candidate (not a working set) and every
+    candidate in its group."""
+    last = _newest(candidates)
+    if last is None:
         return 0
-    last = candidates[-1]
     if not last.group:
         return last.token_count
-    total = 0
-    for c in reversed(candidates):
-        if c.group != last.group:
-            break
-        total += c.token_count
-    return total
+    return sum(c.token_count for c in reversed(candidates) if c.group == last.group)
 
 
 RECENT_FAILURE_STEPS = 10

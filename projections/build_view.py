@@ -19,11 +19,13 @@ from ctxledger.domain.generation_policy import (
     refresh_split,
 )
 from ctxledger.domain.model import Decision, Generation, Item
+from ctxledger.domain.packing import is_forced
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prompt import PromptParts, compose
 from ctxledger.domain.recall import RecallGroup
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.turn_errors import TurnError
+from ctxledger.domain.working_set import is_working_set
 from ctxledger.projections.pool import AgentPool, verified_form
 from ctxledger.projections.turn_memo import TurnMemo, TurnView, emitted_context, turn_view
 
@@ -303,7 +305,7 @@ def refresh_generation(
     from it (:func:`learned_window`) as the new generation's budget cap."""
     cap = gen.budget if gen.budget else request.budget
     if trigger == "context_limit":
-        forced = sum(i.token_count for i in pool.candidates() if i.pinned or i.mandatory)
+        forced = sum(i.token_count for i in pool.candidates() if is_forced(i))
         cap = learned_window(
             failed_tokens,
             cap,
@@ -313,11 +315,15 @@ def refresh_generation(
             output_tokens=error.output_tokens if error else 0,
             floor=forced,
         )
+    # the newest recording that is a step: a working set a build recorded after the steps
+    # it summarises is not the agent's latest step
+    items = pool.items
+    newest = max((n for i, n in pool.seq.items() if not is_working_set(items[i])), default=0)
     latest = latest_step_ids(
         pool.seq,
-        pool.recorded,
-        pool.new_since_last_build(),
-        {i: it.group for i, it in pool.items.items()},
+        newest,
+        [i for i in pool.new_since_last_build() if not is_working_set(items[i])],
+        {i: it.group for i, it in items.items()},
     )
     carried, dropped = refresh_split(pool.candidates(), latest)
     return GenerationRefreshed(

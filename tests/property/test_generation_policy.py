@@ -16,6 +16,7 @@ from ctxledger.domain.generation_policy import (
     WINDOW,
     BuildPlan,
     EmittedContext,
+    newest_step_tokens,
     plan_build,
     rebuild_target,
     refresh_split,
@@ -118,7 +119,8 @@ def test_a_forced_rebuild_stays_below_the_watermark_but_for_forced_content(
     forced = forced_ids(pool, name)
     forced_total = sum(tokens_of(it) for it in pool if it.id in forced)
     # the fixed part plus the watermark of the rest (a peer's rule: the whole budget)
-    target = rebuild_target(request.budget, watermark, forced_total)  # its own unit tests
+    # (rebuild_target and newest_step_tokens have their own unit tests)
+    target = rebuild_target(request.budget, watermark, forced_total, newest_step_tokens(pool))
     if name in BASELINES:
         target = request.budget
     target = max(1, target)

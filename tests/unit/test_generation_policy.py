@@ -13,6 +13,7 @@ from ctxledger.domain.generation_policy import (
     BuildPlan,
     EmittedContext,
     keep_ids,
+    newest_step_tokens,
     plan_build,
     rebuild_target,
     refresh_split,
@@ -316,3 +317,18 @@ def test_the_latest_step_policy_keeps_only_current_recent_failures() -> None:
     old = it("s0.o", Source.TOOL_LOG, "make", failure=True)
     steps = [it(f"t{n}.o", Source.TOOL_LOG, f"cmd {n}") for n in range(11)]
     assert keep_ids([old, *steps]) == ("t10.o",)  # eleven steps later: not recent
+
+
+def test_the_newest_step_is_never_a_working_set() -> None:
+    """A build records its working set after the steps it summarises: the latest-step
+    policy and the headroom rule look past it to the agent's newest step."""
+    step = [
+        mk("s1.a", Layer.L0, Source.CONVERSATION, 5),
+        mk("s1.o", Layer.L0, Source.TOOL_LOG, 40),
+    ]
+    step = [msgspec.structs.replace(it, group="step-1") for it in step]
+    ws = Item(id="ws.1", layer=Layer.L1, source=Source.GENERATED_SUMMARY, content="w",
+              token_count=9, source_id="working-set")  # fmt: skip
+    assert keep_ids([*step, ws]) == ("s1.a", "s1.o")
+    assert newest_step_tokens([*step, ws]) == 45
+    assert newest_step_tokens([ws]) == 0
