@@ -188,6 +188,13 @@ _TOKENS = operator.attrgetter("token_count")
 _GONE = Decision(item_id="", action="dropped")
 
 
+def _retained(ctx: EmittedContext | None, result: PackResult) -> tuple[str, ...]:
+    """The closing generation's order, less what the rebuild's *result* does not send."""
+    decisions = result.decisions
+    order = ctx.order if ctx is not None else ()
+    return tuple(i for i in order if decisions.get(i, _GONE).action != "dropped")
+
+
 def rebuild_target(budget: int, watermark: float, fixed: int, step: int = 0) -> int:
     """The pack size a rebuild aims at: the *fixed* tokens (forced content: pinned and
     mandatory items, role instructions), which never grow, plus *watermark* (≤ 0.9) of the
@@ -284,7 +291,7 @@ def _full_select(  # noqa: PLR0917 - the planner's inputs, named at the one call
             result = _select(_with_recent(request, pool, target), pool, counter, target)
         shown = {k for k, d in result.decisions.items() if d.action != "dropped"}
         ws = working_set_item(
-            tuple(history.values()),
+            history.values(),
             shown,
             agent=request.agent_id,
             token_budget=min(cap, budget - result.used),
@@ -422,8 +429,9 @@ def plan_build(
             reason = f"budget: next pack needs {need} > {budget} tokens"
     if is_rolling(request.strategy) and ctx is not None:
         result = _rolling_select(request, candidates, ctx, counter)
-        kept = tuple(i for i in ctx.order if result.decisions.get(i, _GONE).action != "dropped")
-        return BuildPlan(kind="rebuild", result=result, emitted_order=kept, reason=reason)
+        return BuildPlan(
+            kind="rebuild", result=result, emitted_order=_retained(ctx, result), reason=reason
+        )
     fixed = sum(map(_TOKENS, filter(is_forced, candidates)))
     target = rebuild_target(budget, watermark, fixed, newest_step_tokens(candidates))
     result, ws = _full_select(request, candidates, counter, target, budget, history, fixed)
@@ -431,10 +439,7 @@ def plan_build(
         result = msgspec.structs.replace(
             result, budget=budget, overflow=max(0, result.used - budget)
         )
-    order = ctx.order if ctx is not None else ()
-    kept = tuple(
-        i for i in order if i in result.decisions and result.decisions[i].action != "dropped"
-    )
+    kept = _retained(ctx, result)
     return BuildPlan(
         kind="rebuild", result=result, emitted_order=kept, reason=reason, working_set=ws
     )
@@ -480,10 +485,7 @@ def _stateless_plan(
     if ctx is not None and not force_rebuild:
         off = sum(1 for it in ctx.emitted.values() if other_stage(it, request.stage_id))
         reason = f"{OTHER_STAGE}:{off}" if off else reason
-    order = ctx.order if ctx is not None else ()
-    kept = tuple(
-        i for i in order if i in result.decisions and result.decisions[i].action != "dropped"
-    )
+    kept = _retained(ctx, result)
     return BuildPlan(kind="rebuild", result=result, emitted_order=kept, reason=reason)
 
 

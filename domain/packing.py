@@ -64,7 +64,6 @@ __all__ = [
     "is_forced",
     "kept_reserves",
     "recent_first",
-    "unit_tokens",
     "clip_text",
     "clip_marker",
     "drop_other_stage",
@@ -560,11 +559,6 @@ def kept_units(units: list[Unit], keep_ids: Sequence[str]) -> tuple[list[Unit], 
 _KEPT_RESERVE = 256  # room held for each later kept unit while an earlier one is clipped
 
 
-def unit_tokens(u: Unit) -> int:
-    """The tokens of a unit's members, whole."""
-    return u.tokens if type(u) is Candidate else sum(m.tokens for m in u.members)
-
-
 def kept_reserves(sizes: Sequence[int]) -> list[int]:
     """For each kept unit (most important first, of *sizes* tokens), the room held for the
     kept units after it — each up to :data:`_KEPT_RESERVE` — so that clipping the newest
@@ -600,7 +594,7 @@ def include_kept(
     if sum(v[1] for v in versions) <= room:
         acc.include_versions(members, versions, key)
         return
-    headers = [_header_tokens(m.item, counter) for m in members]
+    headers = [block_tokens(m.item, "", counter) for m in members]
     allowance = sum(headers)
     if held and room - held - allowance >= _KEPT_MIN_ROOM * len(members):
         room -= held  # the kept units after this one keep *held* tokens, this one enough
@@ -653,11 +647,6 @@ def include_kept(
         acc.include(
             m, key, content=body, tokens=t, action=action, method=method, reason=KEPT_CLIPPED
         )
-
-
-def _header_tokens(item: Item, counter: TokenCounter) -> int:
-    """Tokens of *item*'s block around its content (header line, blank line)."""
-    return counter.count(render_block(item, ""))
 
 
 def block_tokens(item: Item, content: str, counter: TokenCounter) -> int:
@@ -883,7 +872,7 @@ def pack(
             live.append(u)
     for u in forced_units:
         acc.include_unit(u, u.chrono_key() if chronological else u.priority_key())
-    later = kept_reserves([unit_tokens(u) for u in kept])
+    later = kept_reserves([u.tokens for u in kept])
     for u, held in zip(kept, later, strict=True):
         if excluded is not None and any(excluded(m.item) for m in u.members):
             acc.drop_unit(u, EXCLUDED_BY_SCOPE)

@@ -44,7 +44,6 @@ from ctxledger.domain.packing import (
     kept_reserves,
     recent_first,
     scope_excluder,
-    unit_tokens,
 )
 from ctxledger.domain.packing import pack as pack_general
 from ctxledger.domain.pool_facts import PoolFacts
@@ -246,7 +245,7 @@ def pack_ranked(
         f = unit(k)
         acc.include_unit(f, key(f))
     kept_list = [unit(gmap[ref][0] if isinstance(ref, str) else ref) for ref in kept_keys]
-    later = kept_reserves([unit_tokens(f) for f in kept_list])
+    later = kept_reserves([f.tokens for f in kept_list])
     for f, held in zip(kept_list, later, strict=True):
         include_kept(f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=0, held=held)
     if superseded:

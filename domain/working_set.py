@@ -64,7 +64,7 @@ def _step(item: Item) -> str:
     return item.group or item.stage or item.id[:16]
 
 
-def working_set_text(history: Sequence[Item], shown: Collection[str], *, limit: int = 0) -> str:
+def working_set_text(history: Collection[Item], shown: Collection[str], *, limit: int = 0) -> str:
     """The working set of the step items of *history* (recording order; items with a
     ``group``) whose ids are not in *shown*; ``""`` when every step is shown. *limit* > 0
     caps the text at that many characters, shortening the name list first, then the other
@@ -163,7 +163,7 @@ def working_set_text(history: Sequence[Item], shown: Collection[str], *, limit: 
 
 
 def working_set_item(
-    history: Sequence[Item],
+    history: Collection[Item],
     shown: Collection[str],
     *,
     agent: str,

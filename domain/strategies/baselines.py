@@ -40,7 +40,6 @@ from ctxledger.domain.packing import (
     make_units,
     prepare,
     scope_excluder,
-    unit_tokens,
 )
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest
@@ -86,12 +85,12 @@ def _pack(
     head = steps[:first]
     taken: set[int] = set()
     for u in head:
-        if acc.used + unit_tokens(u) <= limit:
+        if acc.used + u.tokens <= limit:
             acc.include_unit(u, u.chrono_key())
             taken.add(id(u))
     stopped = False
     for u in reversed(steps[len(head) :]):
-        if not stopped and acc.used + unit_tokens(u) <= limit:
+        if not stopped and acc.used + u.tokens <= limit:
             acc.include_unit(u, u.chrono_key())
             taken.add(id(u))
         else:
