@@ -79,6 +79,7 @@ from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings, SecretPolicy
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
+from ctxledger.projections.audit import ERASED_REASON
 from ctxledger.projections.build_view import (
     DECISION_POINT,
     BuildView,
@@ -547,50 +548,55 @@ class ContextEngine:
             raise InvalidInputError(f"agent {agent_id!r} has no item {item_id[:80]!r}")
         return pool.current(item_id)
 
+    # Every guard below runs inside the decision, under the agent's stream lock and after
+    # catching up (``decide_and_append``): a check made on state read before the lock could
+    # be undone by a writer that pinned, removed or replaced the item in between.
+
     @checked
     def pin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
-        self._known_item(agent_id, item_id)
-        self._append_agent(
-            agent_id,
-            lambda: [ev.ItemPinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
-        )
+        def decide() -> list[ev.Event]:
+            self._known_item(agent_id, item_id)
+            return [ev.ItemPinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)]
+
+        self._append_agent(agent_id, decide)
 
     @checked
     def unpin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
-        self._known_item(agent_id, item_id)
-        self._append_agent(
-            agent_id,
-            lambda: [ev.ItemUnpinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)],
-        )
+        def decide() -> list[ev.Event]:
+            self._known_item(agent_id, item_id)
+            return [ev.ItemUnpinned(at=self._now(), agent_id=agent_id, item_id=item_id, by=by)]
+
+        self._append_agent(agent_id, decide)
 
     @checked
     def remove(self, agent_id: str, item_id: str, *, reason: str = "manual") -> None:
-        item = self._known_item(agent_id, item_id)
-        if item.pinned or item.mandatory:
-            raise InvalidInputError(f"item {item_id!r} is pinned or mandatory; unpin it first")
-        self._append_agent(
-            agent_id,
-            lambda: [
+        def decide() -> list[ev.Event]:
+            item = self._known_item(agent_id, item_id)
+            if item.pinned or item.mandatory:
+                raise InvalidInputError(f"item {item_id!r} is pinned or mandatory; unpin it first")
+            return [
                 ev.ItemRemoved(at=self._now(), agent_id=agent_id, item_id=item_id, reason=reason)
-            ],
-        )
+            ]
+
+        self._append_agent(agent_id, decide)
 
     @checked
     def verify_finding(
         self, agent_id: str, item_id: str, *, by: str = "", evidence: str = ""
     ) -> None:
         """Explicitly verify exactly one finding identity."""
-        item = self._known_item(agent_id, item_id)
-        if item.source == Source.RECALLED_MEMORY:
-            raise InvalidInputError("recalled memory cannot be verified as a fact")
-        self._append_agent(
-            agent_id,
-            lambda: [
+
+        def decide() -> list[ev.Event]:
+            item = self._known_item(agent_id, item_id)
+            if item.source == Source.RECALLED_MEMORY:
+                raise InvalidInputError("recalled memory cannot be verified as a fact")
+            return [
                 ev.FindingVerified(
                     at=self._now(), agent_id=agent_id, item_id=item_id, by=by, evidence=evidence
                 )
-            ],
-        )
+            ]
+
+        self._append_agent(agent_id, decide)
 
     # --- forgetting (crypto-shredding) ----------------------------------------------------------
 
@@ -618,7 +624,9 @@ class ContextEngine:
             pool = self.pool(agent_id)
             targets = (item_id,) if item_id else tuple(pool.items)
             removals: list[ev.Event] = [
-                ev.ItemRemoved(at=at, agent_id=agent_id, item_id=i, reason=f"erased: {reason}")
+                ev.ItemRemoved(
+                    at=at, agent_id=agent_id, item_id=i, reason=f"{ERASED_REASON}{reason}"
+                )
                 for i in targets
                 if i not in pool.removed
             ]

@@ -28,8 +28,17 @@ from ctxledger.domain.events import (
 from ctxledger.domain.model import Decision, Source, apply_decision_delta, selection_matches
 from ctxledger.domain.packing import OTHER_STAGE
 
-__all__ = ["RECALL_MAX_BYTES", "RECALL_MAX_ENTRIES", "RECALL_MAX_TOKENS", "Violation", "audit"]
+__all__ = [
+    "ERASED_REASON",
+    "RECALL_MAX_BYTES",
+    "RECALL_MAX_ENTRIES",
+    "RECALL_MAX_TOKENS",
+    "Violation",
+    "audit",
+]
 
+ERASED_REASON = "erased: "
+"""How the removal reason of an item whose text was erased begins (``ContextEngine.erase``)."""
 RECALL_MAX_ENTRIES = 4
 RECALL_MAX_TOKENS = 300
 RECALL_MAX_BYTES = 1200
@@ -87,6 +96,8 @@ def _other_stage(a: _Agent, item_id: str, d: Decision) -> bool:
 def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
     """Check every invariant over the whole log:
 
+    - ``pinned_removed``: a pinned or mandatory item (or steering note) removed — erasing
+      its text (``ItemRemoved`` reason ``erased: …``) is the one removal a pin allows;
     - ``pinned_dropped``: a pinned or mandatory item (or steering note) dropped, clipped or
       compressed — except a steering note of another stage than the build's, which is
       dropped ``other_stage``;
@@ -169,8 +180,13 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
                 unknown_item(pos, a, aid, iid)
                 if iid not in a.mandatory:
                     a.pinned.discard(iid)
-            case ItemRemoved(agent_id=aid, item_id=iid):
-                unknown_item(pos, agent(pos, aid), aid, iid)
+            case ItemRemoved(agent_id=aid, item_id=iid, reason=reason):
+                a = agent(pos, aid)
+                unknown_item(pos, a, aid, iid)
+                if iid in a.pinned and not reason.startswith(ERASED_REASON):
+                    out.append(
+                        Violation(position=pos, rule="pinned_removed", agent_id=aid, detail=iid)
+                    )
             case ContextBuildingStarted(agent_id=aid, stage_id=stage):
                 if (known := agents.get(aid)) is not None:
                     known.stage = stage
