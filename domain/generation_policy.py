@@ -276,8 +276,9 @@ def _full_select(  # noqa: PLR0917 - the planner's inputs, named at the one call
     steps are left out, the pack is made again that much smaller."""
     if history is None or not request.latest_step:
         return _select(_with_recent(request, candidates, target), candidates, counter, target), None
-    olds = [c for c in candidates if is_working_set(c)]
-    pool = [c for c in candidates if not is_working_set(c)] if olds else candidates
+    # an older working set is superseded, unless someone pinned it (then it is forced)
+    olds = [c for c in candidates if is_working_set(c) and not is_forced(c)]
+    pool = [c for c in candidates if c not in olds] if olds else candidates
     cap = min(WORKING_SET_MAX, int(max(0, budget - fixed) * WORKING_SET_SHARE))
     result = _select(_with_recent(request, pool, target), pool, counter, target)
     hidden = any(
