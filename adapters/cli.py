@@ -23,6 +23,7 @@ from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.cli_options import EncryptOpt, JsonOpt, StoreOpt
 from ctxledger.adapters.cli_tables import cli_console, show
 from ctxledger.adapters.content_seal import KEY_FILE_ENV, read_key_file
+from ctxledger.adapters.doctor import loss_of
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.logs import LogLevel, configure_logging
 from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
@@ -93,6 +94,10 @@ def replay(
         if runner.ahead:  # saved past the end of the log: events were lost, never "equal"
             result["ahead"] = runner.ahead
             result["equal"] = False
+        lost = loss_of(ledger)  # the same verdict as `audit` and `doctor`
+        if lost is not None:
+            result["loss"] = lost.line
+            result["equal"] = False
         if as_json:
             _print_json(result)
         else:
@@ -112,6 +117,8 @@ def replay(
             for name, v in result["projections"].items():
                 table.add_row(name, "yes" if v["equal"] else "NO")
             show(console, table)
+        if lost is not None:
+            raise CommandError(lost.line)
         if runner.ahead:
             raise CommandError(
                 f"persisted read models claim {runner.ahead} events past the end of the log "

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -11,8 +13,8 @@ from rich.table import Table
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
 from ctxledger.adapters.cli_tables import cli_console, show
-from ctxledger.adapters.doctor import DoctorReport, examine, quarantine
-from ctxledger.adapters.ledger import QUARANTINE_TABLE, open_ledger
+from ctxledger.adapters.doctor import DoctorReport, examine, loss_of, quarantine
+from ctxledger.adapters.ledger import QUARANTINE_TABLE, accept_emptied, open_ledger
 from ctxledger.domain.errors import CtxLedgerError
 
 __all__ = ["DamageFoundError", "doctor"]
@@ -29,6 +31,16 @@ QuarantineOpt = Annotated[
 ]
 
 
+AcceptLossOpt = Annotated[
+    bool,
+    typer.Option(
+        "--accept-loss",
+        help="Record the loss found (in the head file, with what was lost and when) so that "
+        "writers may go on; persisted read models past the end are rebuilt from the log.",
+    ),
+]
+
+
 class DamageFoundError(CtxLedgerError):
     """The doctor found damaged rows (listed above the error line)."""
 
@@ -37,18 +49,37 @@ class LossFoundError(CtxLedgerError):
     """The log ends before the position its store recorded holding."""
 
 
-def doctor(store: StoreOpt, move: QuarantineOpt = False, as_json: JsonOpt = False) -> None:
+def doctor(
+    store: StoreOpt,
+    move: QuarantineOpt = False,
+    accept_loss: AcceptLossOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
     """List every stored row that does not decode (position, stream, version, kind, reason)
-    in one pass; exit 1 if there is any. With --quarantine, move them aside."""
-    with open_ledger(store, must_exist=True) as ledger:
+    in one pass, and any loss; exit 1 if there is any. With --quarantine, move damaged rows
+    aside; with --accept-loss, record the loss so that writers may go on."""
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    accepted = accept_emptied(store, at=now) if accept_loss else ""
+    if accepted:  # nothing left to examine: the file is missing or empty
+        console.print(f"accepted the loss: {accepted}", markup=False, highlight=False)
+        return
+    with open_ledger(store, must_exist=True, loss_check=not accept_loss) as ledger:
         report = examine(ledger)
         moved = quarantine(ledger, report.damaged) if move and report.damaged else 0
         quarantined = len(ledger.quarantined()) if moved else report.quarantined
+        if moved:  # rows left on purpose: the loss is what is missing besides them
+            lost_now = loss_of(ledger)
+            report = dataclasses.replace(report, loss=lost_now.line if lost_now else "")
+        if accept_loss and (lost := loss_of(ledger)) is not None:
+            ledger.accept_loss(lost, at=now)
+            accepted = lost.line
     if as_json:
-        _print_json(report, moved, quarantined)
+        _print_json(report, moved, quarantined, accepted)
     else:
         _print_table(report, moved, quarantined)
-    if report.loss:
+        if accepted:
+            console.print(f"accepted the loss: {accepted}", markup=False, highlight=False)
+    if report.loss and not accepted:
         raise LossFoundError(report.loss)
     if report.damaged and not moved:
         first = report.damaged[0]
@@ -58,7 +89,7 @@ def doctor(store: StoreOpt, move: QuarantineOpt = False, as_json: JsonOpt = Fals
         )
 
 
-def _print_json(report: DoctorReport, moved: int, quarantined: int) -> None:
+def _print_json(report: DoctorReport, moved: int, quarantined: int, accepted: str) -> None:
     obj: dict[str, Any] = {
         "rows": report.rows,
         "damaged": [
@@ -74,6 +105,7 @@ def _print_json(report: DoctorReport, moved: int, quarantined: int) -> None:
         ],
         "clean": not report.damaged and not report.loss,
         "loss": report.loss,
+        "accepted_loss": accepted,
         "quarantined_now": moved,
         "quarantined": quarantined,
     }

@@ -335,7 +335,7 @@ def audit(
         report = _rederive(ledger, len(records), quiet=as_json) if rederive_builds else None
     held, explained = _quarantine_violations(chains, quarantined)
     tampered = _tamper_violations(chains, explained)
-    loss = [Violation(position=lost[0] + 1, rule="loss", detail=lost[1])] if lost else []
+    loss = [Violation(position=lost.end + 1, rule="loss", detail=lost.line)] if lost else []
     violations = sorted(
         [*audit_records(records), *tampered, *held, *loss], key=lambda v: v.position
     )

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from ctxledger.adapters.ledger import Ledger, decode_row
+from ctxledger.adapters.ledger import Ledger, Loss, decode_row
 from ctxledger.domain.errors import (
     DecodeError,
     FutureSchemaError,
@@ -62,22 +62,22 @@ class DoctorReport:
     loss: str = ""
 
 
-def loss_of(ledger: Ledger) -> tuple[int, str] | None:
-    """``(log end, one line)`` when the log ends before the furthest position the store
-    recorded holding (its persisted read models, its head file): a deleted WAL, a truncated
-    or replaced file, rows deleted at its end. None when nothing is missing."""
+def loss_of(ledger: Ledger) -> Loss | None:
+    """Events the store recorded holding that its log no longer has — what ``audit``,
+    ``doctor`` and ``replay --verify`` all report, in the same words: the head record's
+    verdict (``Ledger.head_loss``: a deleted WAL, an emptied, truncated or replaced file, an
+    older copy restored, rows deleted at the end), else persisted read models claiming a
+    position past the end. None when nothing is missing."""
     from ctxledger.projections.catalog import PROJECTIONS
 
+    found = ledger.head_loss()
+    if found is not None:
+        return found
     recorded = ledger.recorded_head([p.name for p in PROJECTIONS])
     end = ledger.max_position()
     if recorded is None or recorded[0] <= end:
         return None
-    position, where = recorded
-    return end, (
-        f"the log ends at position {end} but {where} recorded position {position}: "
-        f"{position - end} events lost (a deleted WAL, a truncated or replaced file, or rows "
-        "deleted at the end)"
-    )
+    return Loss(end, recorded[0], recorded[1], "models")
 
 
 def damage_of(
@@ -134,7 +134,7 @@ def examine(ledger: Ledger, *, page: int = _PAGE) -> DoctorReport:
         after = int(batch[-1][0])
     ledger.refresh_quarantine()
     lost = loss_of(ledger)
-    return DoctorReport(rows, tuple(damaged), len(ledger.quarantined()), lost[1] if lost else "")
+    return DoctorReport(rows, tuple(damaged), len(ledger.quarantined()), lost.line if lost else "")
 
 
 def quarantine(ledger: Ledger, damaged: tuple[Damaged, ...], now: datetime | None = None) -> int:

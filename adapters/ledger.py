@@ -37,7 +37,7 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from ctxledger.adapters.content_seal import Keyring, MasterKeyError, master_key_from_env
 from ctxledger.adapters.key_table import KeyTable, MemoryKeyTable, PgKeyTable, SQLiteKeyTable
-from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file, wal_mode
+from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file, store_kind, wal_mode
 from ctxledger.adapters.stream_locks import (
     DEFAULT_TIMEOUT_S,
     UNAVAILABLE_AFTER_S,
@@ -63,8 +63,12 @@ __all__ = [
     "EVENTS_TABLE",
     "EventStream",
     "FROM_ENV",
+    "HeadRecord",
     "Ledger",
     "LedgerUnavailableError",
+    "Loss",
+    "LossError",
+    "accept_emptied",
     "UNAVAILABLE_AFTER_S",
     "QUARANTINE_TABLE",
     "Quarantined",
@@ -118,6 +122,53 @@ class Quarantined:
     """When it was quarantined (ISO 8601, UTC)."""
 
 
+_LOSS_CAUSE = {
+    "emptied": "the file is empty or has no events table: deleted, emptied, its WAL "
+    "deleted before anything reached the file, or replaced",
+    "older_copy": "the file holds less than it held when a writer last closed it, at "
+    "position {in_file}: an older copy restored over it, or rows deleted at its end",
+    "lost": "a deleted WAL, a truncated file, rows deleted at its end or an older copy "
+    "restored over it",
+    "models": "read models saved past the end of the log: a deleted WAL, a truncated or "
+    "replaced file, rows deleted at the end, or models of another log",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Loss:
+    """Events the store recorded holding that its log no longer has: the log ends at *end*
+    but *where* recorded position *recorded*. *kind*: ``emptied`` (the log is empty),
+    ``older_copy`` (it ends before what the file itself held at a writer's last close),
+    ``lost`` (a lost WAL, a cut file, or a copy older than that is not known), ``replaced``
+    (long enough, but the event at the recorded position is another one), ``models`` (only
+    persisted read models claim the later position)."""
+
+    end: int
+    recorded: int
+    where: str
+    kind: str
+    in_file: int = 0
+
+    @property
+    def line(self) -> str:
+        if self.kind == "replaced":
+            return (
+                f"the event at position {self.recorded} is not the one {self.where} recorded: "
+                "the file was replaced by another ledger or another copy"
+            )
+        cause = _LOSS_CAUSE[self.kind].format(in_file=self.in_file)
+        return (
+            f"the log ends at position {self.end} but {self.where} recorded position "
+            f"{self.recorded}: {self.recorded - self.end} events lost ({cause})"
+        )
+
+
+class LossError(CtxLedgerError):
+    """A writer opened a ledger whose log lost events it was known to hold: writing on would
+    bury the evidence (``ctxledger doctor --accept-loss`` records the loss and lets writers
+    go on)."""
+
+
 class _Backend(Protocol):
     recorder: ApplicationRecorder
     outages: bool
@@ -145,9 +196,26 @@ class _Backend(Protocol):
 
     def save_projections(self, states: dict[str, bytes], position: int) -> None: ...
 
-    def head_file_position(self) -> tuple[int, str] | None:
-        """``(position, where)`` from a record of the store's head kept outside the database
-        (SQLite's head file); None where the store keeps none."""
+    def head_record(self) -> HeadRecord | None:
+        """The record of the store's head kept outside the database (SQLite's head file);
+        None where the store keeps none."""
+        ...
+
+    def committed(self, position: int, link: str) -> None:
+        """A write transaction ending at *position* (the event there links *link*) committed;
+        called inside the write turn, so records of it are made in commit order."""
+        ...
+
+    def closing(self) -> None:
+        """A writer is closing the store (inside its write turn): settle what it can."""
+        ...
+
+    def accept_head(self, position: int, link: str, line: str) -> None:
+        """Restart the head record at *position* (an accepted loss, said by *line*)."""
+        ...
+
+    def drop_projections_after(self, position: int) -> None:
+        """Delete persisted read models saved past *position*."""
         ...
 
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
@@ -181,6 +249,7 @@ class Ledger:
         self._locks: StreamLocks | None = None
         self._heads: dict[str, Any] = {}
         self._damaged: dict[str, tuple[int, ...]] | None = None
+        self._wrote = False
         self.keyring = keyring or Keyring(backend.key_table(), None, encrypted=False)
         """Seals free text on the way in and opens it on the way out (``content_seal``);
         ``open_ledger`` sets the store's own."""
@@ -278,7 +347,7 @@ class Ledger:
                 payload = with_prev(payload, prev, op if not stored else "")
                 stored.append(StoredEvent(stream_id, version, topic, payload))
                 prev = link(topic, version, payload)
-            positions = self._insert(stream_id, expected_version, stored)
+            positions = self._insert(stream_id, expected_version, stored, prev)
         if not positions or len(positions) != len(stored):
             positions = [0] * len(stored)
         elif read_back is not None and plain:
@@ -398,10 +467,47 @@ class Ledger:
             row = self._call(self._backend.load_projection, name)
             if row is not None:
                 found.append((row[0], f"the persisted read model {name!r}"))
-        recorded = self._backend.head_file_position()
+        recorded = self._backend.head_record()
         if recorded is not None:
-            found.append(recorded)
+            found.append((recorded.position, recorded.where))
         return max(found) if found else None
+
+    def head_record(self) -> HeadRecord | None:
+        """The store's record of its head kept outside the database (SQLite's head file)."""
+        return self._backend.head_record()
+
+    def link_at(self, position: int) -> str | None:
+        """The chain link of the stored event at *position* (None: no event there)."""
+        rows = self._call(self._backend.select_rows, position - 1, position, 1, streams=True)
+        if not rows or int(rows[0][0]) != position:
+            return None
+        _, _, version, topic, state = rows[0]
+        return link(str(topic or ""), int(version or 0), _stored_bytes(state))
+
+    def head_loss(self) -> Loss | None:
+        """Loss the head record shows: the log ends before the position it recorded, or the
+        event there is not the one recorded (None: nothing missing, or no head record)."""
+        recorded = self._backend.head_record()
+        if recorded is None:
+            return None
+        end = self.max_position()
+        if end < recorded.position:
+            kind = "emptied" if end == 0 else "older_copy" if end < recorded.in_file else "lost"
+            return Loss(end, recorded.position, recorded.where, kind, recorded.in_file)
+        found = self.link_at(recorded.position) if recorded.link else recorded.link
+        if found != recorded.link:
+            return Loss(end, recorded.position, recorded.where, "replaced", recorded.in_file)
+        return None
+
+    def accept_loss(self, loss: Loss, *, at: str) -> None:
+        """Record that an operator accepted *loss* (``doctor --accept-loss``): the head record
+        restarts at the log's end, keeping a line saying what was accepted, and persisted read
+        models past the end are dropped (rebuilt from the log)."""
+        with self._write_turn():
+            self._call(self._backend.drop_projections_after, loss.end)
+            end = self.max_position()
+            line = f"{at}: accepted {loss.line}"
+            self._backend.accept_head(end, self.link_at(end) or "" if end else "", line)
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
         """``(position, state bytes)`` of a persisted read model, or None (also when it is
@@ -478,6 +584,10 @@ class Ledger:
         return moved
 
     def close(self) -> None:
+        if self._wrote:
+            self._wrote = False
+            with contextlib.suppress(CtxLedgerError, OSError, sqlite3.Error), self._write_turn():
+                self._backend.closing()
         if self._locks is not None:
             self._locks.close()
         self.keyring.table.close()
@@ -514,7 +624,7 @@ class Ledger:
                 time.sleep(0.1)
 
     def _insert(
-        self, stream_id: str, expected_version: int, stored: list[StoredEvent]
+        self, stream_id: str, expected_version: int, stored: list[StoredEvent], last_link: str
     ) -> Sequence[int]:
         """Insert *stored* once: a connection lost around the COMMIT leaves its outcome
         unknown, so the ledger looks (once the server answers) whether its own rows landed —
@@ -525,7 +635,11 @@ class Ledger:
         while True:
             try:
                 with self._write_turn():
-                    return list(self._call_once(self._recorder.insert_events, stored) or [])
+                    positions = list(self._call_once(self._recorder.insert_events, stored) or [])
+                    if positions:
+                        self._wrote = True
+                        self._backend.committed(int(positions[-1]), last_link)
+                    return positions
             except IntegrityError as exc:
                 if not self._landed(stream_id, expected_version, stored):
                     raise ConflictError(stream_id, expected_version, "concurrent append") from exc
@@ -739,8 +853,22 @@ class _MemoryBackend:
         with self._lock:
             self._projections.update({k: (position, v) for k, v in states.items()})
 
-    def head_file_position(self) -> tuple[int, str] | None:
+    def drop_projections_after(self, position: int) -> None:
+        with self._lock:
+            for name in [n for n, (p, _) in self._projections.items() if p > position]:
+                del self._projections[name]
+
+    def head_record(self) -> HeadRecord | None:
         return None  # no file beside the store: the persisted read models witness alone
+
+    def committed(self, position: int, link: str) -> None:
+        return None
+
+    def closing(self) -> None:
+        return None
+
+    def accept_head(self, position: int, link: str, line: str) -> None:
+        return None
 
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         return []
@@ -830,10 +958,32 @@ class _SQLiteBackend:
                     "state=excluded.state",
                     (name, position, state),
                 )
-        write_head_file(self.path, position)
 
-    def head_file_position(self) -> tuple[int, str] | None:
-        return read_head_file(self.path)
+    def head_record(self) -> HeadRecord | None:
+        return read_head_record(self.path)
+
+    def committed(self, position: int, link: str) -> None:
+        write_head_file(self.path, position, link=link)
+
+    def accept_head(self, position: int, link: str, line: str) -> None:
+        write_head_file(self.path, position, link=link, accept=line)
+
+    def drop_projections_after(self, position: int) -> None:
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(f"DELETE FROM {PROJECTIONS_TABLE} WHERE position>?", (position,))
+
+    def closing(self) -> None:
+        """Checkpoint the WAL into the file (without waiting for readers) and, when every
+        frame made it, record the position the file itself now holds: a later log that ends
+        before it is an older copy of the file, not only a lost WAL."""
+        conn = sqlite3.connect(self.path, timeout=5.0, isolation_level=None)
+        try:
+            (end,) = conn.execute(f"SELECT coalesce(max(rowid), 0) FROM {EVENTS_TABLE}").fetchone()
+            busy, log, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        finally:
+            conn.close()
+        if busy == 0 and log >= 0 and log == done:
+            write_head_file(self.path, int(end), in_file=int(end))
 
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         with self.datastore.transaction(commit=False) as c:
@@ -1003,13 +1153,26 @@ class _PostgresBackend:
                     (name, position, state),
                 )
 
+    def drop_projections_after(self, position: int) -> None:
+        with self.datastore.transaction(commit=True) as c:
+            c.execute(f"DELETE FROM {PROJECTIONS_TABLE} WHERE position>%s", (position,))
+
     def _table(self, name: str) -> Any:
         from psycopg.sql import SQL, Identifier
 
         return SQL("{}.{}").format(Identifier(self.datastore.schema), Identifier(name))
 
-    def head_file_position(self) -> tuple[int, str] | None:
+    def head_record(self) -> HeadRecord | None:
         return None  # no file beside the store: the persisted read models witness alone
+
+    def committed(self, position: int, link: str) -> None:
+        return None
+
+    def closing(self) -> None:
+        return None
+
+    def accept_head(self, position: int, link: str, line: str) -> None:
+        return None
 
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         from psycopg.rows import tuple_row
@@ -1115,34 +1278,87 @@ def _redact(url: str) -> str:
 
 
 def head_file(path: str | Path) -> Path:
-    """The file beside a SQLite ledger that records the position its read models were saved
-    at (``<ledger>.head``)."""
+    """The file beside a SQLite ledger that records the furthest position its log reached
+    (``<ledger>.head``): written after every commit, so a deleted WAL, a truncated or emptied
+    file or an older copy restored over it cannot take the evidence along."""
     return Path(f"{path}.head")
 
 
-def write_head_file(path: str | Path, position: int) -> None:
-    """Record *position* in the head file (written whole, then renamed into place). The
-    recorded position never goes down: after a loss, the evidence stays until an operator
-    removes the file (``doctor --quarantine`` removes it itself, having moved rows aside)."""
+@dataclass(frozen=True, slots=True)
+class HeadRecord:
+    """What the head file says: the furthest *position* the log reached and the chain *link*
+    of the event there (``""``: not known), *in_file* the position the database file itself
+    held when a writer last closed it with its WAL checkpointed (0: never), *at* when it was
+    written, and *accepted* the losses an operator accepted (``doctor --accept-loss``)."""
+
+    position: int
+    link: str = ""
+    in_file: int = 0
+    at: str = ""
+    accepted: tuple[str, ...] = ()
+    name: str = ""
+    """The head file's name."""
+
+    @property
+    def where(self) -> str:
+        return f"the head file {self.name} (written {self.at or '?'})"
+
+
+def read_head_record(path: str | Path) -> HeadRecord | None:
+    """The head file of the SQLite ledger at *path*, or None (none, or unreadable)."""
     target = head_file(path)
-    recorded = read_head_file(path)
-    if recorded is not None and recorded[0] >= position:
-        return
-    tmp = target.with_name(target.name + ".tmp")
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+        position = int(data["position"])
+        accepted = tuple(str(a) for a in data.get("accepted", ()))
+        return HeadRecord(
+            position,
+            str(data.get("link", "")),
+            int(data.get("in_file", 0)),
+            str(data.get("at", "")),
+            accepted,
+            target.name,
+        )
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def write_head_file(
+    path: str | Path,
+    position: int,
+    *,
+    link: str = "",
+    in_file: int = 0,
+    accept: str = "",
+) -> None:
+    """Record *position* (and the *link* of the event there) in the head file, written whole
+    and renamed into place. The recorded position never goes down — after a loss the evidence
+    stays — except when an operator accepts the loss (*accept*: one line saying what was
+    accepted, kept in the file); *in_file* only ever goes up too."""
+    target = head_file(path)
+    recorded = read_head_record(path)
+    accepted: tuple[str, ...] = () if recorded is None else recorded.accepted
+    if accept:
+        accepted, in_file = (*accepted, accept), 0
+    elif recorded is not None:
+        if position < recorded.position or (position == recorded.position and not link):
+            position, link = recorded.position, recorded.link
+        in_file = max(in_file, recorded.in_file)
+        if (position, link, in_file) == (recorded.position, recorded.link, recorded.in_file):
+            return
     at = datetime.now(UTC).isoformat(timespec="seconds")
-    tmp.write_text(json.dumps({"position": position, "at": at}) + "\n", encoding="utf-8")
+    body: dict[str, Any] = {"position": position, "link": link, "in_file": in_file, "at": at}
+    if accepted:
+        body["accepted"] = list(accepted)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(body) + "\n", encoding="utf-8")
     tmp.replace(target)
 
 
 def read_head_file(path: str | Path) -> tuple[int, str] | None:
     """``(position, where)`` from the head file, or None (none, or unreadable)."""
-    target = head_file(path)
-    try:
-        data = json.loads(target.read_text(encoding="utf-8"))
-        position = int(data["position"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return position, f"{target.name} (written {data.get('at', '?')})"
+    record = read_head_record(path)
+    return None if record is None else (record.position, record.where)
 
 
 FROM_ENV: Any = object()
@@ -1155,6 +1371,7 @@ def open_ledger(
     must_exist: bool = False,
     master_key: bytes | None = FROM_ENV,
     encrypt: bool | None = None,
+    loss_check: bool = True,
 ) -> Ledger:
     """Open the ledger named by *url*: ``memory://``, ``sqlite:///path`` or ``postgresql://…``.
 
@@ -1167,7 +1384,11 @@ def open_ledger(
     one configured in the environment, ``CTXLEDGER_MASTER_KEY`` or ``CTXLEDGER_KEY_FILE``)
     opens an encrypted ledger's keys. A new, empty ledger becomes encrypted when a master
     key is configured, unless *encrypt* is False; ``encrypt=True`` without a master key is
-    an error. Whether a ledger encrypts is settled when its first event is written."""
+    an error. Whether a ledger encrypts is settled when its first event is written.
+
+    Loss (``Ledger.head_loss``): a missing or empty SQLite file whose head file says it held
+    events is refused to everyone, and a writer is refused a ledger whose log lost events —
+    ``LossError``, one line — unless *loss_check* is False (``doctor --accept-loss``)."""
     if master_key is FROM_ENV:
         master_key = master_key_from_env()
     if encrypt and master_key is None:
@@ -1175,8 +1396,10 @@ def open_ledger(
             "content encryption needs a master key: set CTXLEDGER_MASTER_KEY (base64 of 32 "
             "bytes) or pass --key-file"
         )
-    ledger = _open_backend(url, must_exist=must_exist)
+    ledger = _open_backend(url, must_exist=must_exist, loss_check=loss_check)
     try:
+        if loss_check and not must_exist:
+            _refuse_loss(ledger)
         ledger.keyring = Keyring(ledger.backend_key_table(), master_key)
         new = not must_exist and not ledger.keyring.encrypted and ledger.max_position() == 0
         if new and encrypt is not False and master_key is not None:
@@ -1187,7 +1410,58 @@ def open_ledger(
     return ledger
 
 
-def _open_backend(url: str, *, must_exist: bool) -> Ledger:
+def _refuse_loss(ledger: Ledger) -> None:
+    """A writer must not open a ledger whose head record shows loss: its appends would take
+    the lost positions and bury the evidence."""
+    loss = ledger.head_loss()
+    if loss is not None:
+        raise LossError(f"{_redact(ledger.url)}: refusing to write: {loss.line}{_ACCEPT_HINT}")
+
+
+_ACCEPT_HINT = (
+    "; `ctxledger doctor --store URL` says more, `--accept-loss` records the loss and lets "
+    "writers go on"
+)
+
+
+def _emptied(path: Path) -> Loss | None:
+    """The loss of a SQLite file whose head file says its log held events while the file is
+    missing, empty, or holds no events table (its WAL, where everything was, deleted)."""
+    recorded = read_head_record(path)
+    if recorded is None or recorded.position <= 0:
+        return None
+    if path.is_file() and path.stat().st_size > 0:
+        try:
+            if store_kind(path) != "sqlite":
+                return None
+        except StoreKindError:
+            return None  # not SQLite at all: the file checks say so
+    return Loss(0, recorded.position, recorded.where, "emptied")
+
+
+def _refuse_emptied(url: str, path: Path) -> None:
+    """Refuse to open — to read or to write — a missing or empty file whose head file says
+    its log held events: opening would make it a new, empty ledger without a word."""
+    loss = _emptied(path)
+    if loss is not None:
+        raise LossError(f"{url}: {loss.line}{_ACCEPT_HINT}")
+
+
+def accept_emptied(url: str, *, at: str) -> str:
+    """``doctor --accept-loss`` on a SQLite ledger file that is missing or empty while its
+    head file says it held events: record the acceptance (the head restarts at 0) and return
+    the line accepted; "" when *url* is not such a file (it is then opened as usual)."""
+    if not url.startswith("sqlite:///"):
+        return ""
+    path = Path(url[len("sqlite:///") :])
+    loss = _emptied(path)
+    if loss is None:
+        return ""
+    write_head_file(path, 0, accept=f"{at}: accepted {loss.line}")
+    return loss.line
+
+
+def _open_backend(url: str, *, must_exist: bool, loss_check: bool = True) -> Ledger:
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "memory":
         return Ledger(url, _MemoryBackend())
@@ -1199,6 +1473,8 @@ def _open_backend(url: str, *, must_exist: bool) -> Ledger:
             raise StoreURLError(f"{url}: {path} is a directory")
         if not path.parent.exists():
             raise StoreURLError(f"{url}: directory {path.parent} does not exist")
+        if loss_check:
+            _refuse_emptied(url, path)
         if must_exist and not path.is_file():
             raise StoreURLError(f"{url}: no ledger at {path}")
         check_ledger_file(path, must_be_ledger=must_exist)

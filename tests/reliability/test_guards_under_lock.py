@@ -35,7 +35,10 @@ def shared_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def _interleave(
-    holder: ContextEngine, agent_id: str, waiter_call: Callable[[], None], change: Callable[[], None]
+    holder: ContextEngine,
+    agent_id: str,
+    waiter_call: Callable[[], object],
+    change: Callable[[], object],
 ) -> BaseException | None:
     """Hold *agent_id*'s stream in *holder*; run *waiter_call* in a thread (it reaches the
     lock and waits); *change* the state under the held lock; release; return what the
@@ -45,7 +48,7 @@ def _interleave(
     def run() -> None:
         try:
             waiter_call()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+        except BaseException as exc:
             outcome.append(exc)
         else:
             outcome.append(None)
@@ -90,7 +93,7 @@ def test_a_pin_taken_while_a_removal_waits_refuses_the_removal(shared_url: str) 
         b.close()
     assert _violations(shared_url) == []
     record(
-        f"guards under the stream lock · {shared_url.split(':')[0]} · pin vs remove",
+        f"guards under the stream lock · {shared_url.split(':', maxsplit=1)[0]} · pin vs remove",
         scale="2 engines on one ledger; a removal waits on the lock while the other pins",
         result="removal refused on the state met under the lock; item pinned, in the pool; "
         "audit clean",

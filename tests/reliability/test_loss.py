@@ -1,7 +1,7 @@
 """Loss is never "clean" (issue 18, item 5): a log that ends before the furthest position its
 store recorded holding is reported by `audit` and `doctor` as loss, with how many events are
-missing — on SQLite through the head file beside the database (written after every save of
-the read models, so it survives a deleted WAL, a truncated file or an older copy restored),
+missing — on SQLite through the head file beside the database (written after every commit,
+so it survives a deleted WAL, a truncated file or an older copy restored),
 and on every store through persisted read models claiming a position past the end."""
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.ledger import EVENTS_TABLE, head_file, open_ledger
+from ctxledger.adapters.ledger import EVENTS_TABLE, LossError, head_file, open_ledger
 from ctxledger.adapters.projection_runner import encode_state
 from ctxledger.domain.model import AgentIdentity
 from tests.e2e._cli import run
@@ -65,8 +67,9 @@ def test_an_older_copy_restored_over_the_ledger_is_loss(tmp_path: Path) -> None:
     assert doc["clean"] is False
     assert f"{end - older} events lost" in str(doc["loss"])
     assert "events lost" in err
-    # a writer carrying on does not erase the evidence
-    _write(url, 30, 1)
+    # a writer may not carry on and bury the evidence under new events
+    with pytest.raises(LossError, match=r"refusing to write: .* events lost"):
+        _write(url, 30, 1)
     assert _audit(url, tmp_path)[0] == 1
 
 

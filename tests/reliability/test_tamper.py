@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.ledger import EVENTS_TABLE, open_ledger, stream_id_for
+from ctxledger.adapters.ledger import EVENTS_TABLE, head_file, open_ledger, stream_id_for
 from ctxledger.domain import events as ev
 from ctxledger.domain.chain import chain_start, link, with_prev
 from ctxledger.domain.codec import encode_event
@@ -222,6 +222,8 @@ def test_a_ledger_from_before_the_chain_audits_clean_and_chains_from_then_on(
         )
     con.commit()
     con.close()
+    # and its head file as such a version wrote it: a position, no link
+    head_file(path).write_text(json.dumps({"position": len(rows), "at": "2026-01-01"}) + "\n")
     code, report = _audit(url, tmp_path)
     assert code == 0, report
     assert report["legacy_events"] == len(rows)
