@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
@@ -19,11 +20,17 @@ from ctxledger.adapters.cli_tables import cli_console, show
 from ctxledger.adapters.doctor import loss_of
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.published_heads import (
+    compare_heads,
+    load_published,
+    signed_heads,
+    wanted_links,
+)
 from ctxledger.domain.chain import ChainCheck
 from ctxledger.domain.errors import CtxLedgerError, UnknownAgentError
 from ctxledger.projections.audit import Violation
 from ctxledger.projections.audit import audit as audit_records
-from ctxledger.projections.catalog import ReadModels
+from ctxledger.projections.catalog import PROJECTIONS, ReadModels
 from ctxledger.projections.generations import Generations
 from ctxledger.projections.inspector import ContextView, ItemView, diff_generations, inspect_agent
 
@@ -258,8 +265,17 @@ HeadsOpt = Annotated[
     bool,
     typer.Option(
         "--heads",
-        help="Also print every stream's head (last version and link): publish them to anchor "
-        "the hash chains against a rewrite of the whole file.",
+        help="Also print every stream's head (last version and link; signed on a keyed chain): "
+        "publish them to anchor the hash chains against a rewrite of the whole file.",
+    ),
+]
+
+AgainstOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--against",
+        help="Compare with stream heads published earlier (the JSON of audit --heads --json): "
+        "every stream still there, at least as long, with the same link at that version.",
     ),
 ]
 
@@ -324,31 +340,48 @@ def audit(
     as_json: JsonOpt = False,
     rederive_builds: RederiveOpt = False,
     heads: HeadsOpt = False,
+    against: AgainstOpt = None,
 ) -> None:
     """Replay the whole log and check every invariant and every stream's hash chain; exit 1
     listing each violation."""
+    published = load_published(against) if against is not None else {}
     with open_ledger(store, must_exist=True) as ledger:
         records = [(r.position, r.event) for r in ledger.read_all()]
-        chains = ChainCheck().feed(ledger.stored_rows())
+        key, links = ledger.chain_key, ledger.links_checkable
+        chains = ChainCheck(key=key, links=links, wanted=wanted_links(published))
+        chains.feed(ledger.stored_rows())
         quarantined = ledger.quarantined()
         lost = loss_of(ledger)
+        forged = ledger.snapshot_forged([p.name for p in PROJECTIONS])
         report = _rederive(ledger, len(records), quiet=as_json) if rederive_builds else None
     held, explained = _quarantine_violations(chains, quarantined)
     tampered = _tamper_violations(chains, explained)
     loss = [Violation(position=lost.end + 1, rule="loss", detail=lost.line)] if lost else []
+    snapshots = [
+        Violation(
+            position=0,
+            rule="snapshot_forged",
+            detail=f"the saved read model {name!r} does not match its MAC (refused: rebuilt "
+            "from the log)",
+        )
+        for name in forged
+    ]
+    compared = compare_heads(published, chains, key, links=links)
     violations = sorted(
-        [*audit_records(records), *tampered, *held, *loss], key=lambda v: v.position
+        [*audit_records(records), *tampered, *held, *loss, *snapshots, *compared],
+        key=lambda v: v.position,
     )
     chain_summary: dict[str, Any] = {
         "chains": len(chains.streams),
         "tampered": [msgspec.structs.asdict(v) for v in tampered],
         "legacy_events": chains.legacy_events,
         "quarantined": [q.position for q in quarantined],
+        "keyed": ledger.keyring.chain_keyed,
+        "links_checked": links,
+        "keyless_erasures": chains.keyless,
     }
     if heads:
-        chain_summary["heads"] = {
-            sid: {"version": v, "link": h} for sid, (v, h) in chains.heads.items()
-        }
+        chain_summary["heads"] = signed_heads(chains, key)
     if as_json:
         if report is not None:
             _json(
@@ -376,7 +409,9 @@ def audit(
             )
     else:
         _print_audit(len(records), violations, report)
-        _print_chains(chains, show_heads=heads, explained=len(explained))
+        _print_chains(
+            chains, show_heads=heads, explained=len(explained), keyed=ledger.keyring.chain_keyed
+        )
     if violations:
         first = violations[0]
         raise AuditFailedError(
@@ -391,9 +426,14 @@ def audit(
         )
 
 
-def _print_chains(chains: ChainCheck, *, show_heads: bool, explained: int = 0) -> None:
+def _print_chains(
+    chains: ChainCheck, *, show_heads: bool, explained: int = 0, keyed: bool = False
+) -> None:
     broken = len({t.stream_id for t in chains.tampered if t.kind != "agent_mismatch"})
-    line = f"hash chains: {len(chains.streams)} streams, {broken} broken"
+    kind = "keyed hash chains (HMAC)" if keyed else "hash chains"
+    line = f"{kind}: {len(chains.streams)} streams, {broken} broken"
+    if not chains.links:
+        line += " · links not checked: keyed, and no master key configured"
     if explained:
         line += f" ({explained} breaks explained by quarantined rows)"
     if chains.legacy_events:

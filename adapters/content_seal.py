@@ -53,6 +53,10 @@ _CHECK = ("", "#check")
 """(Rows of the agent id "", which no agent has, belong to the ledger itself.) The key
 table's check row: a known value sealed under the master key (a wrong master key
 is said at open, not discovered as garbage later)."""
+_CHAIN = ("", "#chain")
+"""The key table's row of the chain key: a random 256-bit HMAC key wrapped by the master
+key (``domain.chain``: the links of a keyed chain, the MACs of read-model snapshots, the
+signatures of published heads). A ledger has it when it was created encrypted."""
 _SNAPSHOT = "#snapshot:"
 _CHECK_VALUE = b"ctxledger master key check"
 _AGENT_TEXT = ""
@@ -126,11 +130,18 @@ class Keyring:
         self._lock = threading.Lock()
         self._loaded: set[str] = set()
         """Agents whose keys were all read (a miss after that is a new item)."""
+        self.chain_keyed = False
+        """Whether the store's links are keyed (it has a chain key)."""
+        self.chain_key: bytes | None = None
+        """The chain key, when the store has one and the master key opens it."""
         if encrypted is False:
             self.encrypted = False
             return
-        check = [r for r in table.rows("") if (r.agent_id, r.item_id) == _CHECK]
+        own = table.rows("")
+        check = [r for r in own if (r.agent_id, r.item_id) == _CHECK]
+        chain = [r for r in own if (r.agent_id, r.item_id) == _CHAIN and r.wrapped is not None]
         self.encrypted = bool(check)
+        self.chain_keyed = bool(chain)
         if check and self._master is not None:
             try:
                 self._unwrap(check[0].wrapped or b"", *_CHECK, expect=_CHECK_VALUE)
@@ -138,19 +149,28 @@ class Keyring:
                 raise MasterKeyError(
                     "the configured master key does not open this ledger's keys"
                 ) from None
+            if chain:
+                self.chain_key = self._unwrap(chain[0].wrapped or b"", *_CHAIN)
 
     @property
     def can_write(self) -> bool:
         return not self.encrypted or self._master is not None
 
     def start(self) -> None:
-        """Make a new store encrypted (write the check row under the master key)."""
+        """Make a new store encrypted (write the check row under the master key) with a keyed
+        chain (a random chain key, wrapped by the master key)."""
         if self._master is None or self.encrypted:
             return
         nonce = secrets.token_bytes(12)
         check = nonce + self._master.encrypt(nonce, _CHECK_VALUE, _aad(*_CHECK))
-        self.table.insert([KeyRow(*_CHECK, check)])
+        chain_key = secrets.token_bytes(32)
+        nonce = secrets.token_bytes(12)
+        chain = nonce + self._master.encrypt(nonce, chain_key, _aad(*_CHAIN))
+        self.table.insert([KeyRow(*_CHECK, check), KeyRow(*_CHAIN, chain)])
         self.encrypted = True
+        # another writer starting the same new store may have won: its key is the store's
+        [stored] = self.table.get([_CHAIN])
+        self.chain_keyed, self.chain_key = True, self._unwrap(stored.wrapped or b"", *_CHAIN)
 
     # --- keys --------------------------------------------------------------------------------
 
@@ -174,7 +194,7 @@ class Keyring:
 
     def _cache(self, row: KeyRow) -> None:
         key = (row.agent_id, row.item_id)
-        if key == _CHECK:
+        if key in (_CHECK, _CHAIN):
             return
         if row.wrapped is None:
             self._keys[key] = erased_text(row.erased_reason, row.erased_at)

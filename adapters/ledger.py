@@ -10,7 +10,10 @@ persisted read models with their tracked position in the same database.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import hmac
 import json
+import logging
 import operator
 import os
 import secrets
@@ -84,6 +87,18 @@ QUARANTINE_TABLE = "ctxledger_quarantine"
 """Damaged rows moved aside by ``ctxledger doctor --quarantine`` (same database; kept whole,
 with their original position, the kind of damage, the reason and when)."""
 _PAGE = 1000
+_SNAPSHOT_MAC = b"\x00mac1:"
+"""A read-model snapshot of a keyed chain: this prefix, its 32-byte HMAC, then the blob."""
+_log = logging.getLogger("ctxledger.ledger")
+
+
+def _snapshot_mac(key: bytes, name: str, position: int, blob: bytes) -> bytes:
+    """The MAC binding a snapshot to its read model's name and its log position."""
+    h = hmac.new(key, f"ctxledger snapshot\n{name}\n{position}\n".encode(), hashlib.sha256)
+    h.update(blob)
+    return h.digest()
+
+
 _WRITE_QUEUE = "\x00 write transactions"
 """The lock queue every SQLite write transaction takes its turn in (not a stream id: those are
 event stream names)."""
@@ -329,10 +344,11 @@ class Ledger:
             current = head[0].originator_version if head else 0
             if current != expected_version:
                 raise ConflictError(stream_id, expected_version, f"stream is at {current}")
+            key = self.keyring.chain_key
             prev = (
-                link(str(head[0].topic), current, _stored_bytes(head[0].state))
+                link(str(head[0].topic), current, _stored_bytes(head[0].state), key)
                 if head
-                else chain_start(stream_id)
+                else chain_start(stream_id, key)
             )
             stored: list[StoredEvent] = []
             back: list[Event] = []
@@ -346,7 +362,7 @@ class Ledger:
                 back.append(decoded)
                 payload = with_prev(payload, prev, op if not stored else "")
                 stored.append(StoredEvent(stream_id, version, topic, payload))
-                prev = link(topic, version, payload)
+                prev = link(topic, version, payload, key)
             positions = self._insert(stream_id, expected_version, stored, prev)
         if not positions or len(positions) != len(stored):
             positions = [0] * len(stored)
@@ -482,7 +498,17 @@ class Ledger:
         if not rows or int(rows[0][0]) != position:
             return None
         _, _, version, topic, state = rows[0]
-        return link(str(topic or ""), int(version or 0), _stored_bytes(state))
+        return link(str(topic or ""), int(version or 0), _stored_bytes(state), self.chain_key)
+
+    @property
+    def chain_key(self) -> bytes | None:
+        """The key of a keyed chain (None: plain links, or keyed and no master key here)."""
+        return self.keyring.chain_key
+
+    @property
+    def links_checkable(self) -> bool:
+        """Whether this reader can recompute the links (not: keyed, without the master key)."""
+        return not self.keyring.chain_keyed or self.keyring.chain_key is not None
 
     def head_loss(self) -> Loss | None:
         """Loss the head record shows: the log ends before the position it recorded, or the
@@ -494,7 +520,8 @@ class Ledger:
         if end < recorded.position:
             kind = "emptied" if end == 0 else "older_copy" if end < recorded.in_file else "lost"
             return Loss(end, recorded.position, recorded.where, kind, recorded.in_file)
-        found = self.link_at(recorded.position) if recorded.link else recorded.link
+        checkable = recorded.link and self.links_checkable
+        found = self.link_at(recorded.position) if checkable else recorded.link
         if found != recorded.link:
             return Loss(end, recorded.position, recorded.where, "replaced", recorded.in_file)
         return None
@@ -515,14 +542,53 @@ class Ledger:
         row: tuple[int, bytes] | None = self._call(self._backend.load_projection, name)
         if row is None:
             return None
-        state = self.keyring.open_blob(row[1])
+        blob = self._unmac(name, row[0], row[1])
+        state = None if blob is None else self.keyring.open_blob(blob)
         return None if state is None else (row[0], state)
+
+    def snapshot_forged(self, names: Sequence[str]) -> list[str]:
+        """The persisted read models among *names* whose MAC does not match their content and
+        position (keyed chains only; ``load_projection`` refuses them: rebuilt by replay)."""
+        if self.keyring.chain_key is None:
+            return []
+        forged = []
+        for name in names:
+            row = self._call(self._backend.load_projection, name)
+            if row is not None and self._unmac(name, row[0], row[1]) is None:
+                forged.append(name)
+        return forged
+
+    def _mac(self, name: str, position: int, blob: bytes) -> bytes:
+        key = self.keyring.chain_key
+        if key is None:
+            return blob
+        return _SNAPSHOT_MAC + _snapshot_mac(key, name, position, blob) + blob
+
+    def _unmac(self, name: str, position: int, stored: bytes) -> bytes | None:
+        """A stored snapshot's blob, its MAC checked on a keyed chain (None: refused)."""
+        if not self.keyring.chain_keyed:
+            return stored
+        key = self.keyring.chain_key
+        if key is None or not stored.startswith(_SNAPSHOT_MAC):
+            return None
+        mac, blob = (
+            stored[len(_SNAPSHOT_MAC) : len(_SNAPSHOT_MAC) + 32],
+            stored[len(_SNAPSHOT_MAC) + 32 :],
+        )
+        if not hmac.compare_digest(mac, _snapshot_mac(key, name, position, blob)):
+            _log.warning(
+                "the saved read model %r does not match its MAC: rebuilt from the log", name
+            )
+            return None
+        return blob
 
     def save_projections(self, states: dict[str, bytes], position: int) -> None:
         """Persist read models and the position they reflect, in one transaction (sealed
         when the store encrypts content: they hold the text of items)."""
-        seal = self.keyring.seal_blob
-        sealed = {name: seal(state) for name, state in states.items()}
+        if not self.links_checkable:
+            return  # keyed, no key here (an erase): a later writer with the key saves them
+        seal, mac = self.keyring.seal_blob, self._mac
+        sealed = {name: mac(name, position, seal(state)) for name, state in states.items()}
         with self._write_turn():
             self._call(self._backend.save_projections, sealed, position)
 
@@ -638,7 +704,9 @@ class Ledger:
                     positions = list(self._call_once(self._recorder.insert_events, stored) or [])
                     if positions:
                         self._wrote = True
-                        self._backend.committed(int(positions[-1]), last_link)
+                        # (a writer without a keyed chain's key knows no link to record)
+                        known = last_link if self.links_checkable else ""
+                        self._backend.committed(int(positions[-1]), known)
                     return positions
             except IntegrityError as exc:
                 if not self._landed(stream_id, expected_version, stored):
@@ -1398,9 +1466,9 @@ def open_ledger(
         )
     ledger = _open_backend(url, must_exist=must_exist, loss_check=loss_check)
     try:
-        if loss_check and not must_exist:
-            _refuse_loss(ledger)
         ledger.keyring = Keyring(ledger.backend_key_table(), master_key)
+        if loss_check and not must_exist:
+            _refuse_loss(ledger)  # (with the keyring: the links of a keyed chain)
         new = not must_exist and not ledger.keyring.encrypted and ledger.max_position() == 0
         if new and encrypt is not False and master_key is not None:
             ledger.keyring.start()

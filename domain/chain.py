@@ -11,7 +11,11 @@ chain. Publishing the stream heads (``ctxledger audit --heads``) and comparing t
 anchors those too.
 
 Links are the first 128 bits of SHA-256, hex: collision resistance far beyond what an
-edit needs to be caught, at 32 characters per event.
+edit needs to be caught, at 32 characters per event. Anyone can recompute them, so on their
+own they show accidents and careless edits, not a forger who rewrites the links too. A
+*keyed* chain (an encrypted ledger created since links could be keyed: its key table holds a
+random chain key wrapped by the master key) links with HMAC-SHA-256 under that key instead:
+without the master key no one can make a link that verifies.
 
 Ledgers written before the chain have events without ``prev``: a stream's chain starts at
 its first event that has one (the audit says how many events precede it).
@@ -20,16 +24,21 @@ its first event that has one (the audit says how many events precede it).
 from __future__ import annotations
 
 import hashlib
+import hmac
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import msgspec
 
 __all__ = [
+    "ERASED_PREFIX",
     "LINK_HEX",
     "ChainCheck",
     "Tamper",
     "chain_start",
+    "head_signature",
+    "keyless_erasure",
     "link",
     "payload_agent",
     "stored_prev",
@@ -40,18 +49,31 @@ __all__ = [
 LINK_HEX = 32
 
 
-def chain_start(stream_id: str) -> str:
-    """The link the first event of *stream_id* carries."""
-    data = b"ctxledger stream\n" + stream_id.encode("utf-8", "surrogatepass")
-    return hashlib.sha256(data).hexdigest()[:LINK_HEX]
+def _digest(key: bytes | None) -> Any:
+    return hashlib.sha256() if key is None else hmac.new(key, digestmod=hashlib.sha256)
 
 
-def link(topic: str, version: int, payload: bytes) -> str:
-    """The link of one stored event: what the next event of its stream carries as ``prev``."""
+def chain_start(stream_id: str, key: bytes | None = None) -> str:
+    """The link the first event of *stream_id* carries (keyed under *key*, if any)."""
+    h = _digest(key)
+    h.update(b"ctxledger stream\n" + stream_id.encode("utf-8", "surrogatepass"))
+    return str(h.hexdigest()[:LINK_HEX])
+
+
+def link(topic: str, version: int, payload: bytes, key: bytes | None = None) -> str:
+    """The link of one stored event: what the next event of its stream carries as ``prev``
+    (an HMAC under *key* on a keyed chain)."""
+    h = _digest(key)
     # surrogatepass: a damaged stored topic (lone surrogates) still has one digest
-    h = hashlib.sha256(f"{topic}\n{version}\n".encode("utf-8", "surrogatepass"))
+    h.update(f"{topic}\n{version}\n".encode("utf-8", "surrogatepass"))
     h.update(payload)
-    return h.hexdigest()[:LINK_HEX]
+    return str(h.hexdigest()[:LINK_HEX])
+
+
+def head_signature(key: bytes, stream_id: str, version: int, head_link: str) -> str:
+    """The signature of a published stream head (``audit --heads`` on a keyed chain)."""
+    data = f"ctxledger head\n{stream_id}\n{version}\n{head_link}"
+    return hmac.new(key, data.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
 def with_prev(payload: bytes, prev: str, op: str = "") -> bytes:
@@ -134,6 +156,32 @@ class _Stream:
     link: str
     chained: bool
     legacy: int
+    plain: str = ""
+    """On a keyed chain, the unkeyed link of the same event (what a writer without the key
+    puts in an erasure's ``prev``)."""
+
+
+class _Erasure(msgspec.Struct):
+    reason: str = ""
+
+
+_ERASURE = msgspec.json.Decoder(_Erasure)
+ERASED_PREFIX = "erased: "
+"""How the removal reason of an item whose text was erased begins."""
+
+
+def keyless_erasure(topic: str, payload: bytes) -> bool:
+    """Whether a stored event is one a writer without the master key may append to a keyed
+    chain: an erasure (``ContentErased``, or the ``ItemRemoved`` "erased: …" it comes with) —
+    destroying keys needs no master key, so its link is unkeyed."""
+    if topic.startswith("ContentErased."):
+        return True
+    if not topic.startswith("ItemRemoved."):
+        return False
+    try:
+        return _ERASURE.decode(payload).reason.startswith(ERASED_PREFIX)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
 
 
 @dataclass(slots=True)
@@ -142,11 +190,19 @@ class ChainCheck:
 
     streams: dict[str, _Stream] = field(default_factory=dict)
     tampered: list[Tamper] = field(default_factory=list)
+    key: bytes | None = None
+    """The chain key of a keyed chain (links are HMACs under it)."""
+    links: bool = True
+    """False: compare versions and agents only (a keyed chain read without its key)."""
+    wanted: dict[tuple[str, int], str] = field(default_factory=dict)
+    """(stream, version) pairs whose link to keep (``audit --against``): filled in by ``add``."""
+    keyless: int = 0
+    """Erasures a writer without the key appended to a keyed chain (``keyless_erasure``)."""
 
     def add(self, position: int, stream_id: str, version: int, topic: str, payload: bytes) -> None:
         s = self.streams.get(stream_id)
         expected_version = 1 if s is None else s.version + 1
-        expected_link = chain_start(stream_id) if s is None else s.link
+        expected_link = chain_start(stream_id, self.key) if s is None else s.link
         prev = stored_prev(payload)
         if prev is None:
             self._flag(position, stream_id, version, "undecodable", "payload is not a JSON object")
@@ -160,8 +216,12 @@ class ChainCheck:
             )
         elif prev:
             # (the first linked event after legacy ones links to the last legacy event)
-            if prev != expected_link:
-                self._flag(position, stream_id, version, "rewritten", "previous link differs")
+            if self.links and prev != expected_link:
+                plain = chain_start(stream_id) if s is None else s.plain
+                if self.key is not None and prev == plain and keyless_erasure(topic, payload):
+                    self.keyless += 1
+                else:
+                    self._flag(position, stream_id, version, "rewritten", "previous link differs")
         elif s is not None and s.chained:
             self._flag(position, stream_id, version, "unlinked", "no link after the chain began")
         agent_id = payload_agent(payload) if prev is not None else ""
@@ -169,7 +229,11 @@ class ChainCheck:
             self._flag(position, stream_id, version, "agent_mismatch", f"event of {agent_id!r}")
         chained = bool(prev) or (s is not None and s.chained)
         legacy = (0 if s is None else s.legacy) + (0 if chained else 1)
-        self.streams[stream_id] = _Stream(version, link(topic, version, payload), chained, legacy)
+        own = link(topic, version, payload, self.key)
+        if (stream_id, version) in self.wanted:
+            self.wanted[stream_id, version] = own
+        plain = link(topic, version, payload) if self.key is not None else own
+        self.streams[stream_id] = _Stream(version, own, chained, legacy, plain)
 
     def _flag(self, position: int, stream_id: str, version: int, kind: str, detail: str) -> None:
         self.tampered.append(Tamper(position, stream_id, version, kind, detail))

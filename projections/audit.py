@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 import msgspec
 
+from ctxledger.domain.chain import ERASED_PREFIX
 from ctxledger.domain.events import (
     AgentRegistered,
     CacheUsageRecorded,
@@ -37,7 +38,7 @@ __all__ = [
     "audit",
 ]
 
-ERASED_REASON = "erased: "
+ERASED_REASON = ERASED_PREFIX
 """How the removal reason of an item whose text was erased begins (``ContextEngine.erase``)."""
 RECALL_MAX_ENTRIES = 4
 RECALL_MAX_TOKENS = 300
