@@ -49,6 +49,7 @@ from ctxledger.domain.errors import (
     SecretRefusedError,
     UnknownAgentError,
 )
+from ctxledger.domain.input_checks import check_text, member
 from ctxledger.domain.model import (
     AgentIdentity,
     ContextPack,
@@ -76,7 +77,7 @@ from ctxledger.domain.render import (
     to_openai_responses,
 )
 from ctxledger.domain.request import BuildRequest, Scope
-from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings, SecretPolicy
+from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings, InputLimits, SecretPolicy
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
 from ctxledger.projections.build_view import (
@@ -118,6 +119,8 @@ class EngineSettings:
     lock_timeout_s: float = 30.0
     """How long a writer waits for another writer of the same stream before a ConflictError."""
     save_every: int = 500
+    limits: InputLimits = dataclasses.field(default_factory=InputLimits)
+    """Size limits of every string a caller passes (``domain.settings.InputLimits``)."""
 
 
 _log = logging.getLogger("ctxledger.engine")
@@ -239,6 +242,11 @@ class ContextEngine:
         """The pack id of the agent's build in flight (``""``: none)."""
         cs: ContextStates = self.runner.model("context_state")
         return cs.building_pack(agent_id)
+
+    @property
+    def input_limits(self) -> InputLimits:
+        """The limits ``adapters.boundary.checked`` holds every argument to."""
+        return self.settings.limits
 
     def _stream(self, agent_id: str) -> str:
         session = self.settings.session_id
@@ -472,6 +480,8 @@ class ContextEngine:
         """An Item with a content-addressed id (unless given) and its token count."""
         if not isinstance(content, str):
             raise InvalidInputError("item content must be text")
+        layer = member(Layer, layer, "layer")
+        source = member(Source, source, "source")
         iid = item_id or item_id_for(layer, source, content)
         try:
             item = Item(
@@ -1246,6 +1256,10 @@ class ContextEngine:
         """
         ag = self.agent(agent_id)
         verdict = classify_turn_error(error, provider=provider)
+        for field in ("message", "code", "provider"):
+            check_text(
+                getattr(verdict, field), f"on_turn_error: {field}", self.input_limits.text_bytes
+            )
         failed = ev.TurnFailed(
             at=self._now(),
             agent_id=agent_id,
