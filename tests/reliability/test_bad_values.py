@@ -5,6 +5,7 @@ afterwards the store reopens and audits clean (a real SQLite file)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ from ctxledger.domain.codec import encode_checked
 from ctxledger.domain.errors import CtxLedgerError, InvalidInputError
 from ctxledger.domain.model import AgentIdentity
 from ctxledger.projections.audit import audit
+from tests.reliability._support import record, rerun
 
 AGENT = "agent"
 
@@ -212,14 +214,25 @@ def test_any_text_is_accepted_decodable_or_refused_typed_with_nothing_appended(
     assert all(isinstance(r.event, ev.EventBase) for r in engine.ledger.read_all(after=before))
 
 
-@pytest.mark.parametrize("name", sorted(TEXT_CALLS))
 def test_a_lone_surrogate_is_refused_typed_before_anything_is_appended(
-    engine: ContextEngine, name: str
+    engine: ContextEngine,
 ) -> None:
-    before = _rows(engine)
-    with pytest.raises(InvalidInputError):
-        TEXT_CALLS[name](engine, "a\ud800b")
-    assert _rows(engine) == before
+    refused = 0
+    for name in sorted(TEXT_CALLS):
+        before = _rows(engine)
+        with pytest.raises(InvalidInputError, match=r"not valid Unicode|is not one of"):
+            TEXT_CALLS[name](engine, "a\ud800b")
+        assert _rows(engine) == before, name
+        refused += 1
+    record(
+        "lone surrogates · sqlite",
+        scale=f"{len(TEXT_CALLS)} text arguments of {len({n.split('.')[0] for n in TEXT_CALLS})} "
+        "engine methods, each given 'a\\ud800b' (plus 300 Hypothesis examples of any code points)",
+        result=f"{refused} of {len(TEXT_CALLS)} refused with InvalidInputError, 0 rows appended",
+        rerun_cmd=rerun("test_bad_values.py"),
+        arguments=len(TEXT_CALLS),
+        refused=refused,
+    )
 
 
 def test_bad_layer_and_source_are_typed_errors(engine: ContextEngine) -> None:
@@ -269,7 +282,8 @@ def test_size_limits_are_configurable_one_line_and_checked_first(tmp_path: Path)
         assert eng.ledger.max_position() == before, where
     eng.close()
 
-    # the default limits: a 20 MiB record is refused at once (it took 97 s to be stored)
+    # the default limits: a 20 MiB record is refused at once (it took 97 s to be stored);
+    # 4 MiB of text without whitespace, the most a record may hold, is stored in seconds
     big = open_engine(f"sqlite:///{tmp_path / 'big.db'}")
     big.register_agent(AgentIdentity(agent_id=AGENT, role="worker"))
     start = big.ledger.max_position()
@@ -278,6 +292,49 @@ def test_size_limits_are_configurable_one_line_and_checked_first(tmp_path: Path)
         InvalidInputError, match=r"record: item: 20971520 bytes, above the limit of 4194304"
     ):
         big.record(AGENT, "x" * (20 << 20))
-    assert time.perf_counter() - t0 < 5
+    refused_s = time.perf_counter() - t0
+    assert refused_s < 5
     assert big.ledger.max_position() == start
+    t0 = time.perf_counter()
+    big.record(AGENT, "ab" * (2 << 20))
+    stored_s = time.perf_counter() - t0
+    assert stored_s < 60
     big.close()
+    record(
+        "size limits · sqlite",
+        scale=f"{len(over)} over-long arguments at small limits; a 20 MiB and a 4 MiB "
+        "whitespace-free record at the defaults (4 MiB per text, 1 MiB per other string)",
+        result=f"{len(over)} of {len(over)} refused in one line with 0 rows appended; 20 MiB "
+        f"refused in {refused_s:.2f} s (stored in 97 s before); 4 MiB stored in {stored_s:.1f} s",
+        rerun_cmd=rerun("test_bad_values.py"),
+        refused=len(over),
+        refused_20mib_s=round(refused_s, 3),
+        stored_4mib_s=round(stored_s, 2),
+    )
+
+
+def test_token_counting_is_linear_in_the_text_size() -> None:
+    """tiktoken alone on whitespace-free text: 4 → 8 → 16 MiB = 2.4 → 5.8 → 20 s. Counted in
+    bounded chunks, doubling the text at most about doubles the CPU time."""
+    import time
+
+    from ctxledger.adapters.tokens import TiktokenCounter
+
+    times: list[float] = []
+    sizes = [1 << 20, 2 << 20, 4 << 20]
+    for size in sizes:
+        counter = TiktokenCounter(cache_size=1)
+        text = "x" * size
+        t0 = time.process_time()
+        counter.count(text)
+        times.append(time.process_time() - t0)
+    ratios = [b / max(a, 1e-3) for a, b in itertools.pairwise(times)]
+    assert max(ratios) < 3.0
+    record(
+        "token counting · linear",
+        scale="1, 2 and 4 MiB of one letter (no whitespace, one pre-tokenizer piece)",
+        result=" → ".join(f"{t:.2f}" for t in times)
+        + f" s CPU (doubling ×{max(ratios):.2f} at most)",
+        rerun_cmd=rerun("test_bad_values.py"),
+        cpu_s=[round(t, 3) for t in times],
+    )
