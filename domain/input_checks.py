@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Final, TypeVar
 
 import msgspec
@@ -20,6 +21,7 @@ TEXT_NAMES: Final = frozenset(
 other string is a field (``InputLimits.field_bytes``)."""
 
 _MAX_DEPTH: Final = 8
+_SCALARS: Final = frozenset({int, float, bool, type(None), datetime})
 E = TypeVar("E", bound=enum.Enum)
 
 
@@ -40,24 +42,63 @@ def check_text(value: str, where: str, limit: int) -> None:
 def check_strings(value: object, where: str, limits: InputLimits, *, text: bool = False) -> None:
     """Check every string in *value* (a string, a msgspec Struct, or a list, tuple, set or
     mapping of them, nested): *text* says whether a top-level string is a body of text;
-    a Struct's fields are bodies when named in ``TEXT_NAMES``."""
-    _walk(value, where, limits, text, 0)
+    a Struct's fields are bodies when named in ``TEXT_NAMES``. A first pass only asks whether
+    every string fits (no paths built); the second, which names the culprit, runs only when
+    one does not."""
+    if not _fits(value, limits, text, 0):
+        _walk(value, where, limits, text, 0)
 
 
-def _walk(value: object, where: str, limits: InputLimits, text: bool, depth: int) -> None:
+def _fits(value: object, limits: InputLimits, text: bool, depth: int) -> bool:
     if isinstance(value, str):
-        if not isinstance(value, enum.Enum):
-            check_text(value, where, limits.text_bytes if text else limits.field_bytes)
-        return
-    if depth >= _MAX_DEPTH:
-        return
+        limit = limits.text_bytes if text else limits.field_bytes
+        if value.isascii():
+            return len(value) <= limit
+        try:
+            return len(value.encode("utf-8")) <= limit
+        except UnicodeEncodeError:
+            return False
+    if type(value) in _SCALARS or depth >= _MAX_DEPTH:
+        return True
     if isinstance(value, msgspec.Struct):
         for name in value.__struct_fields__:
             field = getattr(value, name)
-            _walk(field, f"{where}.{name}", limits, name in TEXT_NAMES, depth + 1)
+            if type(field) in _SCALARS:
+                continue
+            if not _fits(field, limits, name in TEXT_NAMES, depth + 1):
+                return False
+    elif isinstance(value, list | tuple | set | frozenset):
+        for element in value:
+            if not _fits(element, limits, text, depth + 1):
+                return False
+    elif isinstance(value, Mapping):
+        for key, element in value.items():
+            if not (
+                _fits(key, limits, False, depth + 1) and _fits(element, limits, text, depth + 1)
+            ):
+                return False
+    return True
+
+
+def _walk(value: object, where: str, limits: InputLimits, text: bool, depth: int) -> None:
+    kind = type(value)
+    if kind is str:
+        check_text(value, where, limits.text_bytes if text else limits.field_bytes)  # type: ignore[arg-type]
+        return
+    if kind in _SCALARS or depth >= _MAX_DEPTH:
+        return
+    if isinstance(value, str):
+        if not isinstance(value, enum.Enum):
+            check_text(value, where, limits.text_bytes if text else limits.field_bytes)
+    elif isinstance(value, msgspec.Struct):
+        for name in value.__struct_fields__:
+            field = getattr(value, name)
+            if type(field) not in _SCALARS:
+                _walk(field, f"{where}.{name}", limits, name in TEXT_NAMES, depth + 1)
     elif isinstance(value, list | tuple | set | frozenset):
         for n, element in enumerate(value):
-            _walk(element, f"{where}[{n}]", limits, text, depth + 1)
+            if type(element) not in _SCALARS:
+                _walk(element, f"{where}[{n}]", limits, text, depth + 1)
     elif isinstance(value, Mapping):
         for key, element in value.items():
             _walk(key, f"{where} key", limits, False, depth + 1)
