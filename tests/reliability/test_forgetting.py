@@ -2,8 +2,9 @@
 
 Known secret strings (the 40+ kinds of ``tests/secret_corpus.py``, recorded under the
 ``allow`` policy so the scanner leaves them in) go into an encrypted ledger as item content,
-steering notes, the sent text of clipped items, verification evidence and a provider's error
-message. Then:
+steering notes, the sent text of clipped items, and then into every other free-text field of
+every event type, field by field (``FREE_TEXT``; a structural check classifies every string
+field of ``domain/events.py`` as free text or not, with the reason). Then:
 
 * before any erase, no byte of the database files (main, WAL, SHM) — or of a ``pg_dump`` —
   holds any of them, in the clear, JSON-escaped or hex-encoded (a control run on a plain
