@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import FROM_ENV, Ledger, open_ledger
+from ctxledger.adapters.memory_intake import MemoryIntake
 from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
@@ -42,6 +43,9 @@ def open_engine(
         if isinstance(store, str):
             ledger.close()
         raise
+    # One scanner for the ledger's redaction and the catalog's intake (one policy).
+    intake = memory.catalog.intake if memory is not None else None
+    scanner = intake.scanner if isinstance(intake, MemoryIntake) else None
     return ContextEngine(
         ledger,
         counter=counter or default_counter(),
@@ -49,4 +53,5 @@ def open_engine(
         settings=settings,
         memory=memory,
         runner=runner,
+        scanner=scanner,
     )

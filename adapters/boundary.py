@@ -10,6 +10,11 @@ is not an int, a bool is not an int, a str is not a list of str — and turns a 
 then runs with the caller's values as given (never pydantic's converted copies: a tuple stays
 a tuple).
 
+Then every string among the arguments (nested in Structs, lists and mappings too, and in
+``**kwargs``) is checked against the engine's ``InputLimits`` (``domain.input_checks``): a
+lone surrogate or an over-long value is an ``InvalidInputError`` naming the argument, before
+anything is decided or written.
+
 The validator is built on the first call of each method (not at import: the CLI's ``--help``
 must not pay for pydantic schemas of the whole engine).
 """
@@ -25,6 +30,8 @@ from typing import Any, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, ValidationError, create_model
 
 from ctxledger.domain.errors import InvalidInputError
+from ctxledger.domain.input_checks import TEXT_NAMES, check_strings
+from ctxledger.domain.settings import InputLimits
 
 __all__ = ["checked"]
 
@@ -57,6 +64,20 @@ def _one_line(fn: Callable[..., Any], exc: ValidationError) -> str:
     return f"{fn.__name__}: {where}: {first['msg']}, got {got}{more}"
 
 
+def _check_sizes(
+    name: str, arguments: dict[str, Any], signature: inspect.Signature, limits: InputLimits
+) -> None:
+    for arg, value in arguments.items():
+        kind = signature.parameters[arg].kind
+        if arg == "self":
+            continue
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            for key, given in value.items():
+                check_strings(given, f"{name}: {key}", limits, text=key in TEXT_NAMES)
+        else:
+            check_strings(value, f"{name}: {arg}", limits, text=arg in TEXT_NAMES)
+
+
 def checked(fn: F) -> F:
     """*fn* with its arguments validated strictly against its annotations first."""
     built: tuple[inspect.Signature, type[BaseModel]] | None = None
@@ -76,6 +97,9 @@ def checked(fn: F) -> F:
             model.model_validate(given)
         except ValidationError as exc:
             raise InvalidInputError(_one_line(fn, exc)) from None
+        limits = getattr(args[0], "input_limits", None) if args else None
+        if isinstance(limits, InputLimits):
+            _check_sizes(fn.__name__, bound.arguments, signature, limits)
         return fn(*args, **kwargs)
 
     return cast(F, wrapper)

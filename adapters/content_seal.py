@@ -2,9 +2,12 @@
 
 A ledger created while a master key is configured (``CTXLEDGER_MASTER_KEY``: base64 of 32
 bytes, or a key file named by ``CTXLEDGER_KEY_FILE`` / ``--key-file``) seals the free text of
-its events before they are stored: item content (``ItemRecorded``, ``SteeringNoteAdded``),
-the sent text of clipped and compressed items (``ContextPackBuilt`` decisions), verification
-evidence and provider error messages. Each (agent, item) has its own random 256-bit data key,
+its events before they are stored: every field ``domain.free_text.map_sealed_text`` names —
+item content, task, stage, phase, tool signature, files and symbols, the sent text of
+clipped and compressed items, ``by`` of pins, unpins, verifications and settings,
+verification evidence, removal reasons, the build request's task, phase, files, symbols,
+keywords, failures and stage, rebuild, refresh and failure reasons, provider error messages
+and codes, the agent's task. Each (agent, item) has its own random 256-bit data key,
 kept wrapped by the master key in the key table (``adapters.key_table``), outside the event
 stream; the persisted read models are sealed too, under a snapshot key.
 
@@ -25,13 +28,13 @@ import threading
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import msgspec
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from ctxledger.adapters.key_table import KeyRow, KeyTable
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import CtxLedgerError, InvalidInputError
+from ctxledger.domain.free_text import map_sealed_text
 
 __all__ = [
     "KEY_FILE_ENV",
@@ -295,12 +298,11 @@ class Keyring:
         if not self.encrypted:
             return events
         for n, e in enumerate(events):
-            if type(e) in _SEALED_TYPES:
-                events[n] = _transform(e, self._open)
+            events[n] = _transform(e, self._open)
         return events
 
     def open_event(self, event: ev.Event) -> ev.Event:
-        if not self.encrypted or type(event) not in _SEALED_TYPES:
+        if not self.encrypted:
             return event
         return _transform(event, self._open)
 
@@ -367,49 +369,26 @@ class Keyring:
         return {(r.agent_id, r.item_id) for r in self.table.rows() if r.wrapped is None}
 
 
-# --- which text of which event ----------------------------------------------------------------
-
-
-_SEALED_TYPES = (
-    ev.ItemRecorded,
-    ev.SteeringNoteAdded,
-    ev.ContextPackBuilt,
-    ev.FindingVerified,
-    ev.TurnFailed,
-)
+# --- which text of which event (domain.free_text) ---------------------------------------------
 
 
 def _pairs(e: ev.Event) -> list[tuple[str, str]]:
-    """The (agent, item) keys *e*'s free text is sealed under."""
-    if isinstance(e, ev.ItemRecorded | ev.SteeringNoteAdded):
-        return [(e.agent_id, e.item.id)] if e.item.content else []
-    if isinstance(e, ev.ContextPackBuilt):
-        return [(e.agent_id, d.item_id) for d in e.decisions if d.content]
-    if isinstance(e, ev.FindingVerified):
-        return [(e.agent_id, e.item_id)] if e.evidence else []
-    if isinstance(e, ev.TurnFailed):
-        return [(e.agent_id, _AGENT_TEXT)] if e.message else []
-    return []
+    """The (agent, item) keys *e*'s free text is sealed under (item ``""``: the agent's own)."""
+    agent = ev.event_agent(e)
+    found: list[tuple[str, str]] = []
+
+    def note(item_id: str, text: str) -> str:
+        found.append((agent, item_id))
+        return text
+
+    if agent:
+        map_sealed_text(e, note)
+    return list(dict.fromkeys(found))
 
 
 def _transform(e: ev.Event, fn: Callable[[str, str, str], str]) -> ev.Event:
-    """*e* with *fn* applied to each of its free-text fields."""
-    replace = msgspec.structs.replace
-    if isinstance(e, ev.ItemRecorded | ev.SteeringNoteAdded):
-        if not e.item.content:
-            return e
-        item = replace(e.item, content=fn(e.agent_id, e.item.id, e.item.content))
-        return replace(e, item=item)
-    if isinstance(e, ev.ContextPackBuilt):
-        if not any(d.content for d in e.decisions):
-            return e
-        decisions = tuple(
-            replace(d, content=fn(e.agent_id, d.item_id, d.content)) if d.content else d
-            for d in e.decisions
-        )
-        return replace(e, decisions=decisions)
-    if isinstance(e, ev.FindingVerified):
-        return replace(e, evidence=fn(e.agent_id, e.item_id, e.evidence)) if e.evidence else e
-    if isinstance(e, ev.TurnFailed):
-        return replace(e, message=fn(e.agent_id, _AGENT_TEXT, e.message)) if e.message else e
-    return e
+    """*e* with *fn* applied to each of its free-text fields (``domain.free_text``)."""
+    agent = ev.event_agent(e)
+    if not agent:
+        return e
+    return map_sealed_text(e, lambda item_id, text: fn(agent, item_id, text))

@@ -49,6 +49,8 @@ from ctxledger.domain.errors import (
     SecretRefusedError,
     UnknownAgentError,
 )
+from ctxledger.domain.free_text import ERASED_REASON, map_item, map_plain_text, map_sealed_text
+from ctxledger.domain.input_checks import check_text, member
 from ctxledger.domain.model import (
     AgentIdentity,
     ContextPack,
@@ -76,10 +78,9 @@ from ctxledger.domain.render import (
     to_openai_responses,
 )
 from ctxledger.domain.request import BuildRequest, Scope
-from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings, SecretPolicy
+from ctxledger.domain.settings import DEFAULT_WATERMARK, AgentSettings, InputLimits, SecretPolicy
 from ctxledger.domain.turn_errors import TurnError, classify_turn_error
 from ctxledger.domain.usage import normalize_usage
-from ctxledger.projections.audit import ERASED_REASON
 from ctxledger.projections.build_view import (
     DECISION_POINT,
     BuildView,
@@ -119,6 +120,8 @@ class EngineSettings:
     lock_timeout_s: float = 30.0
     """How long a writer waits for another writer of the same stream before a ConflictError."""
     save_every: int = 500
+    limits: InputLimits = dataclasses.field(default_factory=InputLimits)
+    """Size limits of every string a caller passes (``domain.settings.InputLimits``)."""
 
 
 _log = logging.getLogger("ctxledger.engine")
@@ -179,6 +182,7 @@ class ContextEngine:
         self._since_save = 0
         self._prompts: dict[str, tuple[str, PromptParts]] = {}
         self._turns: dict[str, TurnMemo] = {}
+        self._redactions: dict[str, str] = {}
         """Per agent, the planning facts of its last pack (``projections.turn_memo``)."""
         """A memo, never state: per agent, the last pack id and the stable part of the prompt
         it built (what ``previous_prompt`` would re-derive from the log for the next build).
@@ -241,6 +245,11 @@ class ContextEngine:
         cs: ContextStates = self.runner.model("context_state")
         return cs.building_pack(agent_id)
 
+    @property
+    def input_limits(self) -> InputLimits:
+        """The limits ``adapters.boundary.checked`` holds every argument to."""
+        return self.settings.limits
+
     def _stream(self, agent_id: str) -> str:
         session = self.settings.session_id
         gens: Generations = self.runner.model("generations")
@@ -271,7 +280,7 @@ class ContextEngine:
             with self.ledger.stream_lock(stream, timeout=self.settings.lock_timeout_s):
                 version = self.ledger.stream_version(stream)
                 self.runner.catch_up()
-                events = list(decide(version))
+                events = self._screen_text(decide(version))
                 if not events:
                     return []
                 read_back: list[Recorded] = []
@@ -405,7 +414,8 @@ class ContextEngine:
 
     def _screened(self, agent_id: str, items: Sequence[Item]) -> list[Item]:
         """The items as the agent's secrets policy lets them be recorded: every credential in
-        the content, the tool signature and the task replaced by a typed marker and the kinds
+        the item's free text (``domain.free_text.map_item``: content, task, stage, phase, tool
+        signature, files, symbols) and its id replaced by a typed marker and the kinds
         noted in ``redacted`` (``redact``; an id derived from the content, or holding a
         credential itself, is derived again from the redacted content),
         ``SecretRefusedError`` before anything is written (``refuse``), or as given
@@ -415,26 +425,68 @@ class ContextEngine:
             return list(items)
         screened: list[Item] = []
         for item in items:
-            content, kinds = self._redact(item.content)
-            signature, signature_kinds = self._redact(item.tool_signature)
-            task, task_kinds = self._redact(item.task)
+            kinds: list[str] = []
+
+            def screen(_item_id: str, text: str, kinds: list[str] = kinds) -> str:
+                redacted, found = self._redact(text)
+                kinds.extend(found)
+                return redacted
+
+            changed = map_item(item, screen)
             _, id_kinds = self._redact(item.id)
-            found = tuple(dict.fromkeys(kinds + signature_kinds + task_kinds + id_kinds))
+            found = tuple(dict.fromkeys([*kinds, *id_kinds]))
             if not found:
                 screened.append(item)
                 continue
             if policy == "refuse":
                 raise SecretRefusedError(agent_id, found)
             redacted = msgspec.structs.replace(
-                item,
-                id=self._redacted_id(item, content, holds_secret=bool(id_kinds)),
-                content=content,
-                tool_signature=signature,
-                task=task,
+                changed,
+                id=self._redacted_id(item, changed.content, holds_secret=bool(id_kinds)),
                 redacted=tuple(dict.fromkeys(item.redacted + found)),
             )
-            screened.append(self._sized(redacted) if content != item.content else redacted)
+            screened.append(self._sized(redacted) if changed != item else redacted)
         return screened
+
+    def _screen_text(self, events: Sequence[ev.Event]) -> list[ev.Event]:
+        """*events* with every free-text field outside items (``domain.free_text``: reasons,
+        ``by``, evidence, a build's task and keywords, provider errors…) redacted by the same
+        scanner and markers as item content, unless the agent's secrets policy is ``allow``
+        (``refuse`` refuses items only: a reason or a provider error is redacted, so that a
+        failed build can always be closed). Items were screened when recorded."""
+        policies = {
+            e.agent_id: e.settings.secrets for e in events if isinstance(e, ev.AgentConfigured)
+        }
+        screened: list[ev.Event] = []
+        for event in events:
+            if isinstance(event, ev.ItemRecorded | ev.SteeringNoteAdded | ev.ContextPackBuilt):
+                screened.append(event)
+                continue
+            agent_id = ev.event_agent(event)
+            policy = policies.get(agent_id) or self._policy(agent_id)
+            if policy == "allow":
+                screened.append(event)
+                continue
+            event = map_sealed_text(event, self._redacted_text)
+            screened.append(map_plain_text(event, self._redacted_text))
+        return screened
+
+    def _policy(self, agent_id: str) -> SecretPolicy:
+        gens: Generations = self.runner.model("generations")
+        found = gens.by_agent.get(agent_id) if agent_id else None
+        return found.settings.secrets if found is not None else "redact"
+
+    def _redacted_text(self, _item_id: str, text: str) -> str:
+        """*text* with every credential replaced by its marker (short texts memoised)."""
+        cached = self._redactions.get(text)
+        if cached is not None:
+            return cached
+        redacted, _ = self._redact(text)
+        if len(text) <= 4096:
+            if len(self._redactions) >= 4096:
+                self._redactions.clear()
+            self._redactions[text] = redacted
+        return redacted
 
     def _redact(self, value: str) -> tuple[str, tuple[str, ...]]:
         # A value of the wrong type is left for the append's typed check to refuse.
@@ -473,6 +525,8 @@ class ContextEngine:
         """An Item with a content-addressed id (unless given) and its token count."""
         if not isinstance(content, str):
             raise InvalidInputError("item content must be text")
+        layer = member(Layer, layer, "layer")
+        source = member(Source, source, "source")
         iid = item_id or item_id_for(layer, source, content)
         try:
             item = Item(
@@ -609,6 +663,8 @@ class ContextEngine:
         read models are then rebuilt from the log, so no copy of the text stays in them."""
         if not reason.strip():
             raise InvalidInputError("an erase needs a reason (--reason)")
+        if self._policy(agent_id) != "allow":  # the reason stays readable: it explains the erase
+            reason = self._redacted_text("", reason)
         if not self.ledger.keyring.encrypted:
             raise InvalidInputError(
                 "this ledger does not encrypt content, so nothing in it can be erased without "
@@ -624,9 +680,7 @@ class ContextEngine:
             pool = self.pool(agent_id)
             targets = (item_id,) if item_id else tuple(pool.items)
             removals: list[ev.Event] = [
-                ev.ItemRemoved(
-                    at=at, agent_id=agent_id, item_id=i, reason=f"{ERASED_REASON}{reason}"
-                )
+                ev.ItemRemoved(at=at, agent_id=agent_id, item_id=i, reason=ERASED_REASON + reason)
                 for i in targets
                 if i not in pool.removed
             ]
@@ -652,6 +706,7 @@ class ContextEngine:
         self._runner = None
         self._prompts.clear()
         self._turns.clear()
+        self._redactions.clear()
         self._since_save = 0
 
     # --- project memory (the catalog decides; the ledger records) -------------------------------
@@ -1254,6 +1309,10 @@ class ContextEngine:
         """
         ag = self.agent(agent_id)
         verdict = classify_turn_error(error, provider=provider)
+        for field in ("message", "code", "provider"):
+            check_text(
+                getattr(verdict, field), f"on_turn_error: {field}", self.input_limits.text_bytes
+            )
         failed = ev.TurnFailed(
             at=self._now(),
             agent_id=agent_id,

@@ -51,7 +51,12 @@ class IntakeLimits:
 
 
 class MemoryIntake:
-    """The standard intake: secrets (detect-secrets plus extra rules), limits, ids and paths.
+    """The standard intake: secrets, limits, ids and paths.
+
+    Secrets: a field is refused when the scanner finds any credential in it
+    (``SecretScanner.first_finding``), which holds every credential the ledger's redaction
+    replaces — the same scanner and rules, so nothing the ledger would redact reaches the
+    catalog.
 
     Errors name the rule and the field (``MemoryIntakeError.rule``/``.field``), never a value.
     Every text field is scanned for secrets first (refused unscanned above the scanner's cap),
@@ -62,6 +67,12 @@ class MemoryIntake:
     ) -> None:
         self.limits = limits or IntakeLimits()
         self._scanner = scanner or SecretScanner()
+
+    @property
+    def scanner(self) -> SecretScanner:
+        """The scanner every text field is screened with (the engine's, when wired by
+        ``adapters.bootstrap.open_engine``)."""
+        return self._scanner
 
     def admit(self, entry: MemoryEntry) -> MemoryEntry:
         """Return *entry* unchanged when every rule holds; raise MemoryIntakeError otherwise."""

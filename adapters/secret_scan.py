@@ -1,4 +1,5 @@
-"""Secret detection for memory intake: detect-secrets plugins on bounded chunks plus extra rules."""
+"""Secret detection for the ledger's redaction and the memory intake (one scanner, one policy):
+detect-secrets plugins on bounded chunks plus extra rules."""
 
 from __future__ import annotations
 
@@ -97,7 +98,11 @@ _SPAN_RULES: Final[tuple[_Rule, ...]] = (
     ),
     _Rule(
         "json web token",
-        re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"),
+        # (?<!…) after the literal keeps the prefix search and tries only token starts: a run
+        # of "eyJ" with no dot would otherwise be re-scanned from each of its positions
+        re.compile(
+            r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"
+        ),
         boundary=True,
         shaped=True,
     ),
@@ -358,15 +363,17 @@ class SecretScanner:
         viewed twice, a log line per request); digests only, so no text is kept."""
 
     def first_finding(self, text: str) -> str | None:
-        """The kind of the first credential found in *text*, or None."""
+        """The kind of the first credential found in *text*, or None: every credential the
+        ledger's redaction replaces (``findings``, the one policy of both), and what the
+        detect-secrets plugins find on bounded chunks of any line."""
         if len(text) > self.max_chars:
             raise ValueError("text is longer than the scanner's cap")
         found = self._extra(text)
         if found is not None:
             return found
-        disguised = self._disguised(text)
-        if disguised:
-            return disguised[0].kind
+        spans = self.findings(text)
+        if spans:
+            return spans[0].kind
         for chunk in self._chunks(text):
             found = self._detect_secrets(chunk)
             if found is not None:

@@ -31,8 +31,9 @@ from typing import Any
 
 import msgspec
 
+from ctxledger.domain.free_text import ERASED_REASON
+
 __all__ = [
-    "ERASED_PREFIX",
     "LINK_HEX",
     "ChainCheck",
     "Tamper",
@@ -166,8 +167,6 @@ class _Erasure(msgspec.Struct):
 
 
 _ERASURE = msgspec.json.Decoder(_Erasure)
-ERASED_PREFIX = "erased: "
-"""How the removal reason of an item whose text was erased begins."""
 
 
 def keyless_erasure(topic: str, payload: bytes) -> bool:
@@ -179,7 +178,7 @@ def keyless_erasure(topic: str, payload: bytes) -> bool:
     if not topic.startswith("ItemRemoved."):
         return False
     try:
-        return _ERASURE.decode(payload).reason.startswith(ERASED_PREFIX)
+        return _ERASURE.decode(payload).reason.startswith(ERASED_REASON)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return False
 

@@ -12,10 +12,14 @@ from ctxledger.domain.request import Scope
 __all__ = [
     "DEFAULT_STRATEGY",
     "DEFAULT_WATERMARK",
+    "MIB",
     "SECRET_POLICIES",
     "AgentSettings",
+    "InputLimits",
     "SecretPolicy",
 ]
+
+MIB = 1024 * 1024
 
 DEFAULT_WATERMARK = 0.4
 """A rebuild re-packs its fixed part (forced content) plus this share of the room beside it,
@@ -49,3 +53,16 @@ class AgentSettings(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     watermark: float = DEFAULT_WATERMARK
     latest_step: bool = True
     secrets: SecretPolicy = "redact"
+
+
+class InputLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Size limits of what a caller passes the engine, in UTF-8 bytes (an engine setting:
+    ``EngineSettings.limits``). ``text_bytes`` bounds each body of text (item content, a
+    steering note, verification evidence, a provider error message, the latest user input);
+    ``field_bytes`` bounds every other string (ids, tasks, reasons, ``by``, stages, paths,
+    symbols, keywords…), each element of a list on its own. Anything over a limit, and any
+    string that is not valid Unicode (a lone surrogate), is refused with a one-line
+    ``InvalidInputError`` before anything is appended (``domain.input_checks``)."""
+
+    text_bytes: Count = 4 * MIB
+    field_bytes: Count = 1 * MIB

@@ -7,7 +7,6 @@ from collections.abc import Iterable
 
 import msgspec
 
-from ctxledger.domain.chain import ERASED_PREFIX
 from ctxledger.domain.events import (
     AgentRegistered,
     CacheUsageRecorded,
@@ -26,11 +25,11 @@ from ctxledger.domain.events import (
     TurnFailed,
     TurnSucceeded,
 )
+from ctxledger.domain.free_text import ERASED_REASON
 from ctxledger.domain.model import Decision, Source, apply_decision_delta, selection_matches
 from ctxledger.domain.packing import OTHER_STAGE
 
 __all__ = [
-    "ERASED_REASON",
     "RECALL_MAX_BYTES",
     "RECALL_MAX_ENTRIES",
     "RECALL_MAX_TOKENS",
@@ -38,8 +37,6 @@ __all__ = [
     "audit",
 ]
 
-ERASED_REASON = ERASED_PREFIX
-"""How the removal reason of an item whose text was erased begins (``ContextEngine.erase``)."""
 RECALL_MAX_ENTRIES = 4
 RECALL_MAX_TOKENS = 300
 RECALL_MAX_BYTES = 1200

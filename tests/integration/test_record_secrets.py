@@ -241,3 +241,46 @@ def test_an_id_holding_a_secret_is_replaced(tmp_path: Path) -> None:
         assert engine.record(AGENT, kept).id == "obs-7"  # a plain caller id is kept
         engine.checkpoint()
     assert token.encode() not in _database_bytes(tmp_path / "ledger.db")
+
+
+def test_redact_covers_every_free_text_field_not_only_items(tmp_path: Path) -> None:
+    """Provider errors, ``stage``, ``by``, evidence, removal and rebuild reasons, a build's
+    task and keywords, failure reasons (every field of ``FREE_TEXT``): redacted by the same
+    scanner as item content, so a plain ledger's bytes hold none of them; with ``allow``
+    the same calls leave them all in (the control)."""
+    from tests.reliability.test_forgetting import _every_field
+
+    found = {}
+    for policy in ("redact", "allow"):
+        path = tmp_path / f"{policy}.db"
+        with _open(path, policy) as engine:
+            _every_field(engine)
+            engine.checkpoint()
+        data = _database_bytes(path)
+        found[policy] = {
+            n
+            for case in SECRET_CASES
+            for n in case.needles
+            if n in case.text and n.encode() in data
+        }
+    assert found["redact"] == set()
+    assert len(found["allow"]) >= 20
+
+
+def test_an_erase_reason_is_redacted_and_stays_readable(tmp_path: Path) -> None:
+    from ctxledger.adapters.bootstrap import open_engine
+
+    secret = SECRET_CASES[0]
+    path = tmp_path / "ledger.db"
+    with open_engine(
+        f"sqlite:///{path}", clock=SteppingClock(NOW), master_key=bytes(32), encrypt=True
+    ) as engine:
+        engine.register_agent(AgentIdentity(agent_id=AGENT, role="worker"))
+        engine.record(AGENT, "some observation")
+        erased = engine.erase(AGENT, reason=f"leaked {secret.text}")
+        assert "[secret: " in erased.reason
+        assert erased.reason.startswith("leaked ")
+        engine.checkpoint()
+    data = _database_bytes(path)
+    assert b"leaked aws_access_key_id = [secret: " in data  # readable, redacted
+    assert not any(n.encode() in data for n in secret.needles)

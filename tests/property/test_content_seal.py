@@ -40,31 +40,91 @@ def _keyring(table: MemoryKeyTable | None = None, master: bytes | None = MASTER)
     return ring
 
 
+_ITEM_PATHS = ("content", "task", "stage", "phase", "tool_signature", "files[]", "symbols[]")
+_REQUEST_PATHS = ("task", "phase", "files[]", "symbols[]", "keywords[]", "failures[]")
+
+# (event type) → (path of a struct holding free text, its fields, the field naming the item
+# the text is sealed under — None: the agent's own key, item "")
+SPEC: dict[type[ev.EventBase], list[tuple[str, tuple[str, ...], str | None]]] = {
+    ev.ItemRecorded: [("item", _ITEM_PATHS, "item.id")],
+    ev.SteeringNoteAdded: [("item", _ITEM_PATHS, "item.id")],
+    ev.ItemPinned: [("", ("by",), "item_id")],
+    ev.ItemUnpinned: [("", ("by",), "item_id")],
+    ev.ItemRemoved: [("", ("reason",), "item_id")],  # but an erase's "erased: …" stays plain
+    ev.FindingVerified: [("", ("by", "evidence"), "item_id")],
+    ev.AgentRegistered: [("agent", ("task",), None)],
+    ev.AgentConfigured: [("", ("by",), None)],
+    ev.ContextBuildingStarted: [("request", _REQUEST_PATHS, None), ("", ("force_rebuild",), None)],
+    ev.ContextPackBuilt: [("decisions[]", ("content",), ".item_id")],
+    ev.ContextBuildingFailed: [("", ("reason",), None)],
+    ev.ContextBuildingInterrupted: [("", ("reason",), None)],
+    ev.GenerationRefreshed: [("", ("reason", "phase"), None)],
+    ev.TurnFailed: [("", ("message", "code"), None)],
+}
+"""Every free-text field sealed under an agent's keys: the specification, by hand."""
+
+
+def _get(data: Any, path: str) -> Any:
+    for part in path.split(".") if path else []:
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
+
+
+def _holders(data: Any, path: str) -> list[Any]:
+    """The dicts at *path* (``x[]``: each element of the list at x)."""
+    if path.endswith("[]"):
+        found = _get(data, path[:-2])
+        return [d for d in found or [] if isinstance(d, dict)]
+    found = _get(data, path)
+    return [found] if isinstance(found, dict) else []
+
+
+def _fields(e: ev.Event) -> list[tuple[dict[str, Any], str, str]]:
+    """(holder dict, field, item id) of each free-text field of *e*, as builtins."""
+    data: Any = msgspec.to_builtins(e)
+    agent = ev.event_agent(e)
+    found: list[tuple[dict[str, Any], str, str]] = []
+    if not agent:
+        return found
+    if isinstance(e, ev.ItemRemoved) and e.reason.startswith("erased: "):
+        return found
+    for holder_path, names, key in SPEC.get(type(e), []):
+        for holder in _holders(data, holder_path):
+            item = (
+                ""
+                if key is None
+                else str(holder.get(key[1:], "") if key.startswith(".") else _get(data, key) or "")
+            )
+            for name in names:
+                found.append((holder, name, item))
+    return found
+
+
 def free_text(e: ev.Event) -> list[tuple[str, str, str]]:
     """(agent, item, text) of every free-text field of *e* — the specification."""
-    if isinstance(e, ev.ItemRecorded | ev.SteeringNoteAdded):
-        return [(e.agent_id, e.item.id, e.item.content)]
-    if isinstance(e, ev.ContextPackBuilt):
-        return [(e.agent_id, d.item_id, d.content) for d in e.decisions]
-    if isinstance(e, ev.FindingVerified):
-        return [(e.agent_id, e.item_id, e.evidence)]
-    if isinstance(e, ev.TurnFailed):
-        return [(e.agent_id, "", e.message)]
-    return []
+    agent = ev.event_agent(e)
+    out: list[tuple[str, str, str]] = []
+    for holder, name, item in _fields(e):
+        if name.endswith("[]"):
+            out += [(agent, item, t) for t in holder.get(name[:-2], [])]
+        else:
+            out.append((agent, item, holder.get(name, "")))
+    return out
 
 
 def without_text(e: ev.Event) -> Any:
     """*e* as builtins with its free-text fields blanked."""
     data: Any = msgspec.to_builtins(e)
-    if isinstance(e, ev.ItemRecorded | ev.SteeringNoteAdded):
-        data["item"]["content"] = ""
-    elif isinstance(e, ev.ContextPackBuilt):
-        for d in data.get("decisions", []):
-            d["content"] = ""
-    elif isinstance(e, ev.FindingVerified):
-        data["evidence"] = ""
-    elif isinstance(e, ev.TurnFailed):
-        data["message"] = ""
+    if not _fields(e):
+        return data
+    for holder_path, names, _ in SPEC.get(type(e), []):
+        for holder in _holders(data, holder_path):
+            for name in names:
+                if name.endswith("[]"):
+                    if name[:-2] in holder:
+                        holder[name[:-2]] = ["" for _ in holder[name[:-2]]]
+                elif name in holder:
+                    holder[name] = ""
     return data
 
 
@@ -136,8 +196,8 @@ def test_without_a_master_key_sealed_text_reads_as_sealed_and_nothing_is_written
     assert opened.item.content == "[sealed: no master key configured]"
     with pytest.raises(MasterKeyError, match="CTXLEDGER_MASTER_KEY"):
         reader.seal_events([_recorded("a", "i2", "more")])
-    # events without free text need no key (an erase appends them)
-    removed = ev.ItemRemoved(at=opened.at, agent_id="a", item_id="i1")
+    # events without sealed text need no key (an erase appends them: its reasons stay plain)
+    removed = ev.ItemRemoved(at=opened.at, agent_id="a", item_id="i1", reason="erased: leak")
     assert reader.seal_events([removed]) == [removed]
 
 

@@ -2,8 +2,9 @@
 
 Known secret strings (the 40+ kinds of ``tests/secret_corpus.py``, recorded under the
 ``allow`` policy so the scanner leaves them in) go into an encrypted ledger as item content,
-steering notes, the sent text of clipped items, verification evidence and a provider's error
-message. Then:
+steering notes, the sent text of clipped items, and then into every other free-text field of
+every event type, field by field (``FREE_TEXT``; a structural check classifies every string
+field of ``domain/events.py`` as free text or not, with the reason). Then:
 
 * before any erase, no byte of the database files (main, WAL, SHM) — or of a ``pg_dump`` —
   holds any of them, in the clear, JSON-escaped or hex-encoded (a control run on a plain
@@ -17,6 +18,7 @@ message. Then:
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import shutil
@@ -36,6 +38,7 @@ from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.freshness import GitWorktreeProbe
 from ctxledger.adapters.key_table import KeyRow
+from ctxledger.adapters.ledger import stream_id_for
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.adapters.project_memory import ProjectMemory
 from ctxledger.domain import events as ev
@@ -86,10 +89,233 @@ def _engine(url: str, *, encrypt: bool = True) -> ContextEngine:
     )
 
 
-def _record_secrets(engine: ContextEngine) -> None:
-    """Every kind of free text an agent's events carry, each holding secrets."""
+def _secret(n: int) -> str:
+    return SECRET_CASES[n % len(SECRET_CASES)].text
+
+
+def _every_field(engine: ContextEngine) -> None:
+    """A secret in each free-text field of every event type the agent's stream can hold
+    (``FREE_TEXT`` lists them): item provenance, controls' ``by`` and reasons, evidence, the
+    settings' author, a build's request, rebuild and refresh reasons, failure reasons and a
+    provider error's message and code."""
+    item = engine.record(
+        AGENT,
+        "an observation with provenance",
+        task=_secret(3),
+        stage=_secret(4),
+        phase=_secret(5),
+        files=(_secret(6),),
+        symbols=(_secret(7),),
+        tool_signature=_secret(8),
+    )
+    engine.add_steering_note(AGENT, "keep the api stable", stage=_secret(9))
+    engine.pin(AGENT, item.id, by=_secret(10))
+    engine.unpin(AGENT, item.id, by=_secret(11))
+    gone = engine.record(AGENT, "a stale observation to remove")
+    engine.remove(AGENT, gone.id, reason=_secret(12))
+    engine.configure(AGENT, budget=4001, by=_secret(13))
+    engine.build(
+        AGENT,
+        task=_secret(14),
+        phase=_secret(15),
+        files=(_secret(16),),
+        symbols=(_secret(17),),
+        keywords=(_secret(18),),
+        failures=(_secret(19),),
+    )
+    engine.rebuild(AGENT, reason=_secret(20))
+    engine.refresh(AGENT, reason=_secret(21))
+    engine.on_turn_error(AGENT, {"error": {"type": _secret(22), "message": _secret(23)}})
+    # a build that fails and one that is interrupted, their reasons as the engine writes them
+    stream = stream_id_for("default", AGENT)
+    outcomes: tuple[type[ev.ContextBuildingFailed | ev.ContextBuildingInterrupted], ...] = (
+        ev.ContextBuildingFailed,
+        ev.ContextBuildingInterrupted,
+    )
+    for n, outcome in enumerate(outcomes):
+        pack = f"{AGENT}/failing-{n}"
+        closed: list[ev.Event] = [
+            ev.ContextBuildingStarted(at=NOW, agent_id=AGENT, pack_id=pack),
+            outcome(at=NOW, agent_id=AGENT, pack_id=pack, reason=_secret(24 + n)),
+        ]
+        engine.decide_and_append(stream, functools.partial(_given, closed))
+
+
+def _given(events: list[ev.Event], _version: int) -> list[ev.Event]:
+    return events
+
+
+FREE_TEXT = {
+    "AgentRegistered.agent.task",
+    "AgentConfigured.by",
+    *(
+        f"{kind}.item.{field}"
+        for kind in ("ItemRecorded", "SteeringNoteAdded")
+        for field in ("content", "task", "stage", "phase", "files[]", "symbols[]", "tool_signature")
+    ),
+    "ItemPinned.by",
+    "ItemUnpinned.by",
+    "ItemRemoved.reason",
+    "FindingVerified.by",
+    "FindingVerified.evidence",
+    *(
+        f"ContextBuildingStarted.request.{field}"
+        for field in ("task", "phase", "files[]", "symbols[]", "keywords[]", "failures[]")
+    ),
+    "ContextBuildingStarted.force_rebuild",
+    "ContextPackBuilt.decisions[].content",
+    "ContextBuildingFailed.reason",
+    "ContextBuildingInterrupted.reason",
+    "GenerationRefreshed.reason",
+    "GenerationRefreshed.phase",
+    "TurnFailed.message",
+    "TurnFailed.code",
+}
+"""Every free-text field of the events of an agent's stream: each gets a secret above, and
+each is sealed under the item's or the agent's key (``domain.free_text``)."""
+
+UNFILLABLE = {
+    f"SteeringNoteAdded.item.{field}"
+    for field in ("task", "phase", "files[]", "symbols[]", "tool_signature")
+}
+"""Fields no engine method fills (a steering note has text and a stage only); sealed by the
+same item rule as ItemRecorded's (tests/property/test_content_seal.py)."""
+
+NOT_FREE_TEXT = {
+    # identifiers (screened when recorded, needed readable for streams and keys)
+    *(f"{k}.agent_id" for k in ev.EVENT_TYPES),
+    *(f"{k}.item_id" for k in ev.EVENT_TYPES),
+    *(f"{k}.pack_id" for k in ev.EVENT_TYPES),
+    *(f"{k}.memory_id" for k in ev.EVENT_TYPES),
+    *(
+        f"{k}.item.{f}"
+        for k in ("ItemRecorded", "SteeringNoteAdded")
+        for f in ("id", "agent", "source_id", "group")
+    ),
+    "AgentRegistered.agent.agent_id",
+    "AgentRegistered.agent.parent",
+    "AgentRegistered.agent.session_id",
+    "AgentRegistered.agent.scope[]",
+    "AgentConfigured.settings.scope.dependency_task_ids[]",
+    "ContextBuildingStarted.session_id",
+    "ContextBuildingStarted.stage_id",
+    "ContextBuildingStarted.request.agent_id",
+    "ContextBuildingStarted.request.session_id",
+    "ContextBuildingStarted.request.stage_id",
+    "ContextBuildingStarted.request.scope.dependency_task_ids[]",
+    "ContextBuildingStarted.request.keep_ids[]",
+    "ContextBuildingStarted.request.recent[]",
+    "ContextPackBuilt.decisions[].item_id",
+    "ContextPackBuilt.retired[]",
+    "ContextPackBuilt.order_appended[]",
+    "GenerationRefreshed.carried[]",
+    "GenerationRefreshed.dropped[]",
+    "RecallRendered.memory_ids[]",
+    "ContentErased.items[]",
+    "MemoryPromoted.partition",
+    # names the engine or a fixed vocabulary chose: role, model and workspace name where and
+    # as what an agent runs; strategies, counters, reason codes, methods, segments, providers
+    "AgentRegistered.agent.role",
+    "AgentRegistered.agent.model",
+    "AgentRegistered.agent.workspace",
+    "AgentConfigured.settings.strategy",
+    "ItemRecorded.item.redacted[]",
+    "SteeringNoteAdded.item.redacted[]",
+    "ContextBuildingStarted.request.role",
+    "ContextBuildingStarted.request.strategy",
+    "ContextBuildingStarted.request.purpose",
+    "ContextBuildingStarted.counter",
+    "ContextBuildingStarted.overrides[]",
+    "ContextPackBuilt.strategy",
+    "ContextPackBuilt.counter",
+    "ContextPackBuilt.decisions[].reason",
+    "ContextPackBuilt.decisions[].method",
+    "ContextPackBuilt.compression.strategies_applied[]",
+    "ContextPackBuilt.changed_segment",
+    "ContextPackBuilt.purpose",
+    "GenerationRefreshed.strategy",
+    "TurnFailed.provider",
+    "CacheUsageRecorded.provider",
+    "RecallRendered.skipped{k}",
+    "RecallRendered.skipped{}",
+    # hashes
+    "ContextPackBuilt.selection_hash",
+    "ContextPackBuilt.prefix_hash",
+    "MemoryPromoted.body_hash",
+    "MemoryVerified.body_hash",
+    # project-level text with no agent key, redacted and kept in the clear (docs/memory.md):
+    # memory controls, the catalog's erasure report, the reason of an erase
+    "MemoryVerified.by",
+    "MemoryMarkedStale.reason",
+    "MemoryRetired.reason",
+    "MemoryDeleted.erasure",
+    "ContentErased.reason",
+}
+"""Every other string field of every event type, and why it is not sealed."""
+
+
+def _str_fields(t: Any, path: str, seen: frozenset[type] = frozenset()) -> list[str]:
+    """Every string field under the msgspec type *t*, as ``Type.field.sub[]`` paths."""
+    import msgspec.inspect as mi
+
+    if isinstance(t, mi.StrType):
+        return [path]
+    if isinstance(t, mi.StructType):
+        if t.cls in seen:
+            return []
+        return [
+            p for f in t.fields for p in _str_fields(f.type, f"{path}.{f.name}", seen | {t.cls})
+        ]
+    if isinstance(t, mi.VarTupleType | mi.ListType | mi.SetType | mi.FrozenSetType):
+        return _str_fields(t.item_type, path + "[]", seen)
+    if isinstance(t, mi.DictType):
+        return _str_fields(t.key_type, path + "{k}", seen) + _str_fields(
+            t.value_type, path + "{}", seen
+        )
+    if isinstance(t, mi.UnionType):
+        return [p for u in t.types for p in _str_fields(u, path, seen)]
+    return []
+
+
+def _str_values(value: Any, path: str) -> list[tuple[str, str]]:
+    """(path, text) of every string in the event *value*, paths as ``_str_fields`` names them."""
+    if isinstance(value, str):
+        return [(path, value)]
+    if isinstance(value, msgspec.Struct):
+        return [
+            pv
+            for f in value.__struct_fields__
+            for pv in _str_values(getattr(value, f), f"{path}.{f}")
+        ]
+    if isinstance(value, tuple | list):
+        return [pv for v in value for pv in _str_values(v, path + "[]")]
+    if isinstance(value, dict):
+        return [
+            pv
+            for k, v in value.items()
+            for pv in _str_values(k, path + "{k}") + _str_values(v, path + "{}")
+        ]
+    return []
+
+
+def test_every_string_field_of_every_event_is_classified() -> None:
+    """A new string field fails here until it is sealed (``domain.free_text``, FREE_TEXT) or
+    named as an id, a name, a hash or plain project text (NOT_FREE_TEXT)."""
+    import msgspec.inspect as mi
+
+    every = {
+        p for name, cls in ev.EVENT_TYPES.items() for p in _str_fields(mi.type_info(cls), name)
+    }
+    assert every - FREE_TEXT - NOT_FREE_TEXT == set()
+    assert every >= FREE_TEXT
+    assert set() == FREE_TEXT & NOT_FREE_TEXT
+
+
+def _record_secrets(engine: ContextEngine) -> list[str]:
+    """Every kind of free text an agent's events carry, each holding secrets; returns the
+    free-text fields (``FREE_TEXT`` paths) that were seen holding a secret."""
     engine.register_agent(
-        AgentIdentity(agent_id=AGENT, role="worker", task="deploy", budget=4000),
+        AgentIdentity(agent_id=AGENT, role="worker", task=f"deploy {_secret(2)}", budget=4000),
         AgentSettings(secrets="allow", scope=Scope(clip_above_tokens=300)),
     )
     engine.register_agent(AgentIdentity(agent_id=OTHER, role="worker", task="other"))
@@ -108,14 +334,29 @@ def _record_secrets(engine: ContextEngine) -> None:
     finding = engine.record(
         AGENT, f"finding: {SECRET_CASES[0].text}", source=Source.WORKER_FINDING, layer=Layer.L2
     )
-    engine.verify_finding(AGENT, finding.id, evidence=f"ran with {SECRET_CASES[1].text}")
+    engine.verify_finding(
+        AGENT, finding.id, by=_secret(26), evidence=f"ran with {SECRET_CASES[1].text}"
+    )
     engine.build(AGENT)
     engine.on_turn_error(AGENT, {"error": {"message": f"bad key {SECRET_CASES[2].text}"}})
     engine.build(AGENT)
     builds = [r.event for r in engine.ledger.read_all() if isinstance(r.event, ev.ContextPackBuilt)]
     sent = [d for b in builds for d in b.decisions if d.content and d.item_id == big.id]
     assert sent, "the long log was expected to be sent clipped or compressed"
+    _every_field(engine)
+    engine.build(AGENT)
     engine.checkpoint()
+    needles = _needles()
+    held = {
+        path
+        for r in engine.ledger.read_all()
+        if ev.event_agent(r.event) == AGENT
+        for path, text in _str_values(r.event, type(r.event).__name__)
+        if any(n in text for n in needles)
+    }
+    missing = FREE_TEXT - UNFILLABLE - held
+    assert missing == set(), f"free-text fields the recording left without a secret: {missing}"
+    return sorted(held & FREE_TEXT)
 
 
 def _decisions(engine: ContextEngine) -> list[Any]:
@@ -154,16 +395,17 @@ def _forget_and_check(url: str, scan: Any, *, where: str, test: str) -> None:
     """The whole proof on one store; *scan* returns every byte the store holds now
     (*where* names it in the figure)."""
     with _engine(url) as engine:
-        _record_secrets(engine)
+        fields = _record_secrets(engine)
         assert engine.ledger.keyring.encrypted
         tokens = {i: it.token_count for i, it in engine.pool(AGENT).items.items()}
         decisions = _decisions(engine)
+        removed_before = len(engine.pool(AGENT).removed)
         events = engine.ledger.max_position()
         rows = engine.ledger.keyring.table.rows()
     wrapped, data_keys = _keys_of(rows, AGENT)
     assert len(data_keys) > len(SECRET_CASES)
 
-    assert _found(scan(), _needles()) == [], "content is stored in the clear"
+    assert _found(scan(), _needles()) == [], "free text is stored in the clear"
 
     with _engine(url) as engine:
         assert engine.pool(AGENT).items[next(iter(tokens))].content.startswith("step 0")
@@ -184,7 +426,7 @@ def _forget_and_check(url: str, scan: Any, *, where: str, test: str) -> None:
         )
         assert set(pool.removed) == set(tokens)
         assert _decisions(engine) == decisions
-        assert engine.ledger.max_position() == events + len(tokens) + 1
+        assert engine.ledger.max_position() == events + len(tokens) - removed_before + 1
         assert "leaked" not in engine.build(AGENT).prompt.text
         with pytest.raises(InvalidInputError, match="new item id"):
             engine.record(AGENT, "again", item_id=next(iter(tokens)))
@@ -205,8 +447,10 @@ def _forget_and_check(url: str, scan: Any, *, where: str, test: str) -> None:
     record(
         f"crypto-shredding · {backend}",
         scale=(
-            f"{len(SECRET_CASES)} secret shapes in items, steering notes, a clipped log, "
-            f"evidence; {len(tokens)} items, {len(data_keys)} data keys; scan of {where}"
+            f"{len(SECRET_CASES)} secret shapes in items, steering notes, a clipped log and "
+            f"every other free-text field ({len(fields)} fields of "
+            f"{len({f.split('.')[0] for f in fields})} event types); {len(tokens)} items, "
+            f"{len(data_keys)} data keys; scan of {where}"
         ),
         result=(
             f"before erase: 0 of {len(_needles())} needles in the clear; after: 0 needles, "
@@ -217,6 +461,7 @@ def _forget_and_check(url: str, scan: Any, *, where: str, test: str) -> None:
         ),
         rerun_cmd=rerun(f"test_forgetting.py::{test}"),
         needles=len(_needles()),
+        fields=len(fields),
         items=len(tokens),
         keys=len(data_keys),
     )
