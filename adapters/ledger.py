@@ -1031,7 +1031,7 @@ class _SQLiteBackend:
         return read_head_record(self.path)
 
     def committed(self, position: int, link: str) -> None:
-        write_head_file(self.path, position, link=link)
+        write_head_file(self.path, position, link=link, in_place=True)
 
     def accept_head(self, position: int, link: str, line: str) -> None:
         write_head_file(self.path, position, link=link, accept=line)
@@ -1398,11 +1398,13 @@ def write_head_file(
     link: str = "",
     in_file: int = 0,
     accept: str = "",
+    in_place: bool = False,
 ) -> None:
     """Record *position* (and the *link* of the event there) in the head file, written whole
     and renamed into place. The recorded position never goes down — after a loss the evidence
     stays — except when an operator accepts the loss (*accept*: one line saying what was
-    accepted, kept in the file); *in_file* only ever goes up too."""
+    accepted, kept in the file); *in_file* only ever goes up too. *in_place* (each commit)
+    overwrites the existing file's bytes instead of renaming a new file into place."""
     target = head_file(path)
     recorded = read_head_record(path)
     accepted: tuple[str, ...] = () if recorded is None else recorded.accepted
@@ -1418,8 +1420,19 @@ def write_head_file(
     body: dict[str, Any] = {"position": position, "link": link, "in_file": in_file, "at": at}
     if accepted:
         body["accepted"] = list(accepted)
+    data = json.dumps(body).encode() + b"\n"
+    if in_place and recorded is not None:
+        # every commit: overwritten in place, padded to the old size (no truncation, no
+        # rename: ~1 µs instead of ~0.3 ms); a reader meeting a torn write reads no record
+        # (never a false loss)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, data.ljust(os.fstat(fd).st_size), 0)
+        finally:
+            os.close(fd)
+        return
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(body) + "\n", encoding="utf-8")
+    tmp.write_bytes(data)
     tmp.replace(target)
 
 
