@@ -17,7 +17,7 @@ from rich.text import Text
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
 from ctxledger.adapters.cli_tables import cli_console, show
-from ctxledger.adapters.doctor import loss_of
+from ctxledger.adapters.doctor import loss_of, snapshots_differing
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.published_heads import (
@@ -353,6 +353,7 @@ def audit(
         quarantined = ledger.quarantined()
         lost = loss_of(ledger)
         forged = ledger.snapshot_forged([p.name for p in PROJECTIONS])
+        differing = snapshots_differing(ledger) if not forged else []
         report = _rederive(ledger, len(records), quiet=as_json) if rederive_builds else None
     held, explained = _quarantine_violations(chains, quarantined)
     tampered = _tamper_violations(chains, explained)
@@ -365,6 +366,14 @@ def audit(
             "from the log)",
         )
         for name in forged
+    ] + [
+        Violation(
+            position=0,
+            rule="snapshot_differs",
+            detail=f"the saved read model {name!r} differs from a replay of the log up to its "
+            "position (edited behind the ledger's back; `ctxledger replay` rebuilds it)",
+        )
+        for name in differing
     ]
     compared = compare_heads(published, chains, key, links=links)
     violations = sorted(

@@ -80,6 +80,26 @@ def loss_of(ledger: Ledger) -> Loss | None:
     return Loss(end, recorded[0], recorded[1], "models")
 
 
+def snapshots_differing(ledger: Ledger) -> list[str]:
+    """The saved read models that differ from a replay of the log up to the position they
+    were saved at — edited behind the ledger's back (on a plain ledger nothing else notices:
+    an edited pool snapshot un-pins an item for every later build). None are loaded when
+    they are missing, refused (a keyed ledger's MAC) or ahead of the log: then nothing is
+    trusted and nothing differs."""
+    from ctxledger.adapters.projection_runner import (
+        ProjectionRunner,
+        encode_state,
+        replay_states,
+    )
+
+    runner = ProjectionRunner(ledger)
+    if runner.position == 0:
+        return []
+    saved = runner.states
+    replayed, _, _ = replay_states(ledger, upto=runner.position)
+    return [n for n, state in replayed.items() if encode_state(state) != encode_state(saved[n])]
+
+
 def damage_of(
     position: int, stream_id: Any, version: Any, topic: Any, state: Any
 ) -> Damaged | None:

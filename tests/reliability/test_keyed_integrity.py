@@ -237,3 +237,31 @@ def test_a_keyed_chain_read_without_the_key_says_links_were_not_checked(
     assert (code, report["keyed"], report["links_checked"]) == (0, True, False), report
     out = run("audit", "--store", keyed, cwd=tmp_path)
     assert "links not checked" in out.stdout
+
+
+def test_an_older_snapshot_put_back_on_a_plain_ledger_is_named_by_audit(tmp_path: Path) -> None:
+    """Without a key nothing can refuse the snapshot when it is loaded, but the audit replays
+    the log up to the snapshot's position and names every read model that differs."""
+    url = _plain(tmp_path)
+    db = _db(url)
+    engine = open_engine(url, master_key=None)
+    item = engine.record("a", "the plan: fix the parser first")
+    engine.checkpoint()
+    with sqlite3.connect(db) as con:
+        older = dict(con.execute(f"SELECT name, state FROM {PROJECTIONS_TABLE}").fetchall())
+    con.close()
+    engine.pin("a", item.id, by="lead")
+    engine.checkpoint()
+    engine.close()
+    assert _audit(url, tmp_path)[0] == 0
+    with sqlite3.connect(db) as con:
+        for name, state in older.items():
+            con.execute(f"UPDATE {PROJECTIONS_TABLE} SET state=? WHERE name=?", (state, name))
+    con.close()
+    code, report = _audit(url, tmp_path)
+    assert code == 1
+    differing = [v["detail"] for v in report["violations"] if v["rule"] == "snapshot_differs"]
+    assert any("'pool'" in d for d in differing), report["violations"]
+    rebuilt = run("replay", "--store", url, cwd=tmp_path)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert _audit(url, tmp_path)[0] == 0
