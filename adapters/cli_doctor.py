@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
-from ctxledger.adapters.cli_tables import cli_console, show
+from ctxledger.adapters.cli_tables import cli_console, show, shown
 from ctxledger.adapters.doctor import DoctorReport, examine, quarantine
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, open_ledger
 from ctxledger.domain.errors import CtxLedgerError
@@ -91,7 +91,7 @@ def _print_table(report: DoctorReport, moved: int, quarantined: int) -> None:
     for col in ("position", "stream", "version", "kind", "reason"):
         t.add_column(col, overflow="fold")
     for d in report.damaged:
-        t.add_row(str(d.position), d.stream_id, str(d.version), d.kind, d.reason)
+        t.add_row(str(d.position), shown(d.stream_id), str(d.version), d.kind, shown(d.reason))
     show(console, t)
     if moved:
         console.print(

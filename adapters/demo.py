@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
@@ -139,7 +140,7 @@ def run_demo(
     console.rule("inspector · primary-1 (current generation)")
     _print_view(inspect_agent(states, "primary-1"))
     console.rule("next")
-    console.print(f"{len(records)} events in {url} · audit: {violations or 'clean'}")
+    console.print(f"{len(records)} events in {url} · audit: {violations or 'clean'}", markup=False)
     for cmd in (
         f"ctxledger inspect --store {url} --agent primary-1 --generation 1",
         f"ctxledger generations --store {url} --agent primary-1",
@@ -148,7 +149,7 @@ def run_demo(
         f"ctxledger audit --store {url}",
         f"ctxledger memory list --catalog {catalog_path}",
     ):
-        console.print(f"  .venv/bin/{cmd}")
+        console.print(f"  .venv/bin/{cmd}", markup=False)
     return summary
 
 
@@ -297,7 +298,7 @@ def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
             },
         },
     )
-    say(f"   [green]{outcome.message}[/green]")
+    say(f"   [green]{escape(outcome.message or '')}[/green]")
 
     say("[bold]5.[/bold] The finding is promoted to project memory, verified, and recalled")
     memory_id = engine.promote("worker-1", finding.id)
