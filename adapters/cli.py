@@ -63,7 +63,7 @@ def replay(
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild every read model from the whole log (and with --verify, compare)."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, must_exist=True, read_only=verify) as ledger:
         runner = ProjectionRunner(ledger)
         persisted_position = runner.position
         if not verify:
@@ -132,11 +132,20 @@ def demo(
     ),
     as_json: JsonOpt = False,
     encrypt: EncryptOpt = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace files at --path (and catalog.db, demo-workspace/ beside it) that an "
+            "earlier demo did not write.",
+        ),
+    ] = False,
 ) -> None:
-    """Run the scripted demo session into a fresh SQLite ledger and show the result."""
+    """Run the scripted demo session into a fresh SQLite ledger and show the result; only
+    files an earlier demo wrote are replaced without --force."""
     from ctxledger.adapters.demo import run_demo
 
-    run_demo(path, console=cli_console(markup=True), as_json=as_json, encrypt=encrypt)
+    run_demo(path, console=cli_console(markup=True), as_json=as_json, encrypt=encrypt, force=force)
 
 
 app.command()(cli_inspect.inspect)

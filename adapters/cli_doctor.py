@@ -40,7 +40,7 @@ class LossFoundError(CtxLedgerError):
 def doctor(store: StoreOpt, move: QuarantineOpt = False, as_json: JsonOpt = False) -> None:
     """List every stored row that does not decode (position, stream, version, kind, reason)
     in one pass; exit 1 if there is any. With --quarantine, move them aside."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, must_exist=True, read_only=not move) as ledger:
         report = examine(ledger)
         moved = quarantine(ledger, report.damaged) if move and report.damaged else 0
         quarantined = len(ledger.quarantined()) if moved else report.quarantined

@@ -165,7 +165,7 @@ def inspect(
     as_json: JsonOpt = False,
 ) -> None:
     """The Context view: usage vs budget, included and excluded items with reasons."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, read_only=True) as ledger:
         states = read_states(ledger)
     view = inspect_agent(states, _default_agent(states, agent), generation)
     if as_json:
@@ -176,7 +176,7 @@ def inspect(
 
 def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> None:
     """Every generation of an agent with the reason for each rebuild or refresh."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, read_only=True) as ledger:
         states = read_states(ledger)
     gens: Generations = states.generations
     ag = gens.by_agent.get(agent)
@@ -235,7 +235,7 @@ def diff(
     as_json: JsonOpt = False,
 ) -> None:
     """What entered, left, was compressed or clipped between two generations, and why."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, read_only=True) as ledger:
         states = read_states(ledger)
     d = diff_generations(states, agent, from_generation, to_generation)
     if as_json:
@@ -341,7 +341,7 @@ def audit(
 ) -> None:
     """Replay the whole log and check every invariant and every stream's hash chain; exit 1
     listing each violation."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, read_only=True) as ledger:
         records = [(r.position, r.event) for r in ledger.read_all()]
         chains = ChainCheck().feed(ledger.stored_rows())
         quarantined = ledger.quarantined()

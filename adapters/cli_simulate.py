@@ -81,6 +81,14 @@ def simulate(
     as_json: JsonOpt = False,
     encrypt: EncryptOpt = None,
     watermark: WatermarkOpt = None,
+    allow_foreign_db: Annotated[
+        bool,
+        typer.Option(
+            "--allow-foreign-db",
+            help="Write the ledger's tables into an existing SQLite database of another "
+            "application (refused without it).",
+        ),
+    ] = False,
 ) -> None:
     """Replay a recorded agent run turn by turn through one engine and measure its prompts."""
     from ctxledger.adapters.simulate import simulate as run_simulate
@@ -95,6 +103,7 @@ def simulate(
         progress=_progress_wanted(),
         encrypt=encrypt,
         watermark=watermark,
+        allow_foreign=allow_foreign_db,
     )
     if as_json:
         _write_json(report.to_dict())

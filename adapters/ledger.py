@@ -37,7 +37,12 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from ctxledger.adapters.content_seal import Keyring, MasterKeyError, master_key_from_env
 from ctxledger.adapters.key_table import KeyTable, MemoryKeyTable, PgKeyTable, SQLiteKeyTable
-from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file, wal_mode
+from ctxledger.adapters.store_files import (
+    LEDGER_TABLE,
+    check_ledger_file,
+    read_only_uri,
+    wal_mode,
+)
 from ctxledger.adapters.stream_locks import (
     DEFAULT_TIMEOUT_S,
     UNAVAILABLE_AFTER_S,
@@ -775,15 +780,25 @@ class _SQLiteBackend:
     outages = False
     queued_writes = True
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
+        """*read_only* (commands that only read): opened through ``read_only_uri``, so not
+        a table, a journal-mode switch, a ``-wal``/``-shm`` or a lock file is created."""
         self.path = path
-        _use_wal(path, timeout=60)
+        self.read_only = read_only
+        if not read_only:
+            _use_wal(path, timeout=60)
         self.datastore = SQLiteDatastore(
-            path, lock_timeout=60, originator_id_type="text", pool_size=2, max_overflow=4
+            read_only_uri(path) if read_only else path,
+            lock_timeout=60,
+            originator_id_type="text",
+            pool_size=2,
+            max_overflow=4,
         )
         recorder = SQLiteApplicationRecorder(self.datastore, events_table_name=EVENTS_TABLE)
-        recorder.create_table()
         self.recorder: ApplicationRecorder = recorder
+        if read_only:
+            return
+        recorder.create_table()
         with self.datastore.transaction(commit=True) as c:
             c.execute(
                 f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
@@ -817,6 +832,13 @@ class _SQLiteBackend:
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
         with self.datastore.transaction(commit=False) as c:
+            if self.read_only:
+                c.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                    (PROJECTIONS_TABLE,),
+                )
+                if c.fetchone() is None:
+                    return None  # never saved (a reader creates no table)
             c.execute(f"SELECT position, state FROM {PROJECTIONS_TABLE} WHERE name=?", (name,))
             row = c.fetchone()
         return None if row is None else (int(row["position"]), bytes(row["state"]))
@@ -1155,6 +1177,8 @@ def open_ledger(
     must_exist: bool = False,
     master_key: bytes | None = FROM_ENV,
     encrypt: bool | None = None,
+    allow_foreign: bool = False,
+    read_only: bool = False,
 ) -> Ledger:
     """Open the ledger named by *url*: ``memory://``, ``sqlite:///path`` or ``postgresql://…``.
 
@@ -1167,7 +1191,13 @@ def open_ledger(
     one configured in the environment, ``CTXLEDGER_MASTER_KEY`` or ``CTXLEDGER_KEY_FILE``)
     opens an encrypted ledger's keys. A new, empty ledger becomes encrypted when a master
     key is configured, unless *encrypt* is False; ``encrypt=True`` without a master key is
-    an error. Whether a ledger encrypts is settled when its first event is written."""
+    an error. Whether a ledger encrypts is settled when its first event is written.
+
+    A writer is refused an existing SQLite file of another application (tables, none of
+    them the ledger's) unless *allow_foreign*: opening it would add ctxledger's tables.
+    *read_only* (implies *must_exist*; commands that only read): a SQLite ledger is opened
+    so that no table, journal-mode switch, ``-wal``/``-shm`` or lock file is created."""
+    must_exist = must_exist or read_only
     if master_key is FROM_ENV:
         master_key = master_key_from_env()
     if encrypt and master_key is None:
@@ -1175,7 +1205,9 @@ def open_ledger(
             "content encryption needs a master key: set CTXLEDGER_MASTER_KEY (base64 of 32 "
             "bytes) or pass --key-file"
         )
-    ledger = _open_backend(url, must_exist=must_exist)
+    ledger = _open_backend(
+        url, must_exist=must_exist, allow_foreign=allow_foreign, read_only=read_only
+    )
     try:
         ledger.keyring = Keyring(ledger.backend_key_table(), master_key)
         new = not must_exist and not ledger.keyring.encrypted and ledger.max_position() == 0
@@ -1187,7 +1219,9 @@ def open_ledger(
     return ledger
 
 
-def _open_backend(url: str, *, must_exist: bool) -> Ledger:
+def _open_backend(
+    url: str, *, must_exist: bool, allow_foreign: bool = False, read_only: bool = False
+) -> Ledger:
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "memory":
         return Ledger(url, _MemoryBackend())
@@ -1201,9 +1235,9 @@ def _open_backend(url: str, *, must_exist: bool) -> Ledger:
             raise StoreURLError(f"{url}: directory {path.parent} does not exist")
         if must_exist and not path.is_file():
             raise StoreURLError(f"{url}: no ledger at {path}")
-        check_ledger_file(path, must_be_ledger=must_exist)
+        check_ledger_file(path, must_be_ledger=must_exist, allow_foreign=allow_foreign)
         try:
-            return Ledger(url, _SQLiteBackend(str(path)))
+            return Ledger(url, _SQLiteBackend(str(path), read_only=read_only))
         except PersistenceError as exc:
             raise LedgerUnavailableError(f"{url}: {exc}") from exc
     if scheme in ("postgresql", "postgres"):
