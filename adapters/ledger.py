@@ -88,7 +88,11 @@ _PAGE = 1000
 _WRITE_QUEUE = "\x00 write transactions"
 """The lock queue every SQLite write transaction takes its turn in (not a stream id: those are
 event stream names)."""
-_WRITE_QUEUE_TIMEOUT_S = 60.0
+WRITE_TURN_TIMEOUT_S = DEFAULT_TIMEOUT_S
+"""How long a SQLite write transaction waits for its turn in the file's write queue (the same
+30 s a writer waits for its stream's turn) before ``LedgerUnavailableError``: a writer that
+holds the file and does not go on (stopped, hung) keeps every other writer out, and waiting
+longer, or retrying, would not help."""
 _HEADS_KEPT = 1024
 _UNREAD: Any = object()
 
@@ -180,6 +184,8 @@ class Ledger:
 
     def __init__(self, url: str, backend: _Backend, keyring: Keyring | None = None) -> None:
         self.url = url
+        self.write_turn_timeout_s = WRITE_TURN_TIMEOUT_S
+        """Seconds a write transaction waits for its turn (``WRITE_TURN_TIMEOUT_S``)."""
         self._backend = backend
         self._recorder = backend.recorder
         self._append_lock = threading.Lock()
@@ -201,12 +207,12 @@ class Ledger:
             if self._backend.queued_writes:
                 try:
                     turn.enter_context(
-                        self.stream_lock(_WRITE_QUEUE, timeout=_WRITE_QUEUE_TIMEOUT_S)
+                        self.stream_lock(_WRITE_QUEUE, timeout=self.write_turn_timeout_s)
                     )
                 except ConflictError as exc:  # waiting for the turn timed out
                     raise LedgerUnavailableError(
-                        f"{self.url}: other writers kept the database for "
-                        f"{_WRITE_QUEUE_TIMEOUT_S:g} s"
+                        f"{self.url}: another writer kept the database for "
+                        f"{self.write_turn_timeout_s:g} s (stopped or hung?)"
                     ) from exc
             yield
 
