@@ -25,14 +25,22 @@ def open_engine(
     must_exist: bool = False,
     master_key: bytes | None = FROM_ENV,
     encrypt: bool | None = None,
+    allow_foreign: bool = False,
 ) -> ContextEngine:
     """An engine over *store* (a ledger URL, or a ledger already open) with its read models
     loaded and caught up with the log. ``must_exist``: refuse a store that does not exist yet
     (readers and controls must never create one). ``master_key`` and ``encrypt``: content
     encryption, as ``open_ledger`` says (by default the master key configured in the
-    environment, and a new ledger encrypts when there is one)."""
+    environment, and a new ledger encrypts when there is one). ``allow_foreign``: write
+    ctxledger's tables into another application's SQLite database (refused by default)."""
     ledger = (
-        open_ledger(store, must_exist=must_exist, master_key=master_key, encrypt=encrypt)
+        open_ledger(
+            store,
+            must_exist=must_exist,
+            master_key=master_key,
+            encrypt=encrypt,
+            allow_foreign=allow_foreign,
+        )
         if isinstance(store, str)
         else store
     )

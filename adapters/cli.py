@@ -21,7 +21,7 @@ from ctxledger.adapters import (
 )
 from ctxledger.adapters.cli_memory import memory_app
 from ctxledger.adapters.cli_options import EncryptOpt, JsonOpt, StoreOpt
-from ctxledger.adapters.cli_tables import cli_console, show
+from ctxledger.adapters.cli_tables import cli_console, show, shown, visible
 from ctxledger.adapters.content_seal import KEY_FILE_ENV, read_key_file
 from ctxledger.adapters.doctor import loss_of
 from ctxledger.adapters.ledger import open_ledger
@@ -41,6 +41,8 @@ console = cli_console()
 
 DAMAGE_HINT = " (`ctxledger doctor` lists every damaged row; --quarantine sets them aside)"
 """Appended to the line of a stored row that does not decode."""
+ERROR_LIMIT = 2000
+"""Characters of an error line shown (the rest is named by a marker)."""
 DEBUG_ENV = "CTXLEDGER_DEBUG"
 """Set to show the traceback of an unexpected failure instead of its one line."""
 
@@ -62,7 +64,7 @@ def replay(
     as_json: JsonOpt = False,
 ) -> None:
     """Rebuild every read model from the whole log (and with --verify, compare)."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, must_exist=True, read_only=verify) as ledger:
         runner = ProjectionRunner(ledger)
         persisted_position = runner.position
         if not verify:
@@ -115,7 +117,7 @@ def replay(
             table.add_column("projection")
             table.add_column("equal")
             for name, v in result["projections"].items():
-                table.add_row(name, "yes" if v["equal"] else "NO")
+                table.add_row(shown(name), "yes" if v["equal"] else "NO")
             show(console, table)
         if lost is not None:
             raise CommandError(lost.line)
@@ -137,11 +139,20 @@ def demo(
     ),
     as_json: JsonOpt = False,
     encrypt: EncryptOpt = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Replace files at --path (and catalog.db, demo-workspace/ beside it) that an "
+            "earlier demo did not write.",
+        ),
+    ] = False,
 ) -> None:
-    """Run the scripted demo session into a fresh SQLite ledger and show the result."""
+    """Run the scripted demo session into a fresh SQLite ledger and show the result; only
+    files an earlier demo wrote are replaced without --force."""
     from ctxledger.adapters.demo import run_demo
 
-    run_demo(path, console=console, as_json=as_json, encrypt=encrypt)
+    run_demo(path, console=cli_console(markup=True), as_json=as_json, encrypt=encrypt, force=force)
 
 
 app.command()(cli_inspect.inspect)
@@ -229,6 +240,12 @@ def _usage_line(exc: Any) -> str:
     return message
 
 
+def _one_line(message: str, limit: int = ERROR_LIMIT) -> str:
+    """*message* on one line, control characters visible, cut past *limit* characters: an
+    error may quote agent text (an id with an ANSI escape, a provider's error)."""
+    return visible(" ".join(message.split()), limit)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: never a traceback. Typed errors are one line on stderr and exit 1;
     usage errors one line and exit 2; no command at all prints the help, exit 2."""
@@ -237,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
         code = app(args=argv, prog_name="ctxledger", standalone_mode=False)
     except CtxLedgerError as exc:
         hint = DAMAGE_HINT if isinstance(exc, DecodeError) and exc.position is not None else ""
-        sys.stderr.write(f"ctxledger: error: {' '.join(str(exc).split())}{hint}\n")
+        sys.stderr.write(f"ctxledger: error: {_one_line(str(exc))}{hint}\n")
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write("ctxledger: aborted\n")
@@ -260,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a failure nothing above names (a bug, the OS): still one line
         if os.environ.get(DEBUG_ENV):
             raise
-        detail = " ".join(str(exc).split())[:300]
+        detail = _one_line(str(exc), 300)
         sys.stderr.write(
             f"ctxledger: error: {type(exc).__name__}: {detail} "
             f"(unexpected; {DEBUG_ENV}=1 shows the traceback)\n"

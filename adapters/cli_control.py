@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, assert_never
 import msgspec
 import typer
 
-from ctxledger.adapters.cli_tables import cli_console
+from ctxledger.adapters.cli_tables import cli_console, visible
 from ctxledger.domain.errors import InvalidInputError
 
 if TYPE_CHECKING:  # the engine loads when a command runs, not for `ctxledger --help`
@@ -115,7 +115,7 @@ def control(
     if as_json:
         sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     else:
-        console.print(" · ".join(f"{k} {v}" for k, v in result.items()))
+        console.print(visible(" · ".join(f"{k} {v}" for k, v in result.items()), None))
 
 
 def configure(
@@ -163,7 +163,7 @@ def configure(
         sys.stdout.write(json.dumps(result, sort_keys=True) + "\n")
     else:
         console.print(
-            f"configure · agent {agent} · strategy {settings.strategy} · budget "
+            f"configure · agent {visible(agent)} · strategy {visible(settings.strategy)} · budget "
             f"{settings.budget or 'identity'} · watermark {settings.watermark} · recall "
             f"{'on' if settings.recall else 'off'} · latest step "
             f"{'kept' if settings.latest_step else 'not forced'} · events {events}"

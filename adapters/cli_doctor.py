@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
-from ctxledger.adapters.cli_tables import cli_console, show
+from ctxledger.adapters.cli_tables import cli_console, show, shown, visible
 from ctxledger.adapters.doctor import DoctorReport, examine, loss_of, quarantine
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, accept_emptied, open_ledger
 from ctxledger.domain.errors import CtxLedgerError
@@ -61,9 +61,12 @@ def doctor(
     now = datetime.now(UTC).isoformat(timespec="seconds")
     accepted = accept_emptied(store, at=now) if accept_loss else ""
     if accepted:  # nothing left to examine: the file is missing or empty
-        console.print(f"accepted the loss: {accepted}", markup=False, highlight=False)
+        console.print(f"accepted the loss: {visible(accepted)}")
         return
-    with open_ledger(store, must_exist=True, loss_check=not accept_loss) as ledger:
+    writes = move or accept_loss
+    with open_ledger(
+        store, must_exist=True, loss_check=not accept_loss, read_only=not writes
+    ) as ledger:
         report = examine(ledger)
         moved = quarantine(ledger, report.damaged) if move and report.damaged else 0
         quarantined = len(ledger.quarantined()) if moved else report.quarantined
@@ -78,7 +81,7 @@ def doctor(
     else:
         _print_table(report, moved, quarantined)
         if accepted:
-            console.print(f"accepted the loss: {accepted}", markup=False, highlight=False)
+            console.print(f"accepted the loss: {visible(accepted)}")
     if report.loss and not accepted:
         raise LossFoundError(report.loss)
     if report.damaged and not moved:
@@ -123,7 +126,7 @@ def _print_table(report: DoctorReport, moved: int, quarantined: int) -> None:
     for col in ("position", "stream", "version", "kind", "reason"):
         t.add_column(col, overflow="fold")
     for d in report.damaged:
-        t.add_row(str(d.position), d.stream_id, str(d.version), d.kind, d.reason)
+        t.add_row(str(d.position), shown(d.stream_id), str(d.version), d.kind, shown(d.reason))
     show(console, t)
     if moved:
         console.print(

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ctxledger.adapters.cli_tables import cli_console
+from ctxledger.adapters.cli_tables import cli_console, visible
 
 __all__ = ["erase"]
 
@@ -52,7 +52,6 @@ def erase(
     else:
         what = f"item {item}" if item else f"{len(event.items)} items of agent {agent}"
         console.print(
-            f"erased {what} · reason {reason} · keys destroyed, read models rebuilt",
-            markup=False,
-            highlight=False,
+            f"erased {visible(what)} · reason {visible(reason)} · keys destroyed, "
+            "read models rebuilt"
         )

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
-from ctxledger.adapters.cli_tables import cli_console, show
+from ctxledger.adapters.cli_tables import cli_console, show, shown, visible
 from ctxledger.adapters.doctor import loss_of, snapshots_differing
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
 from ctxledger.adapters.projection_runner import ProjectionRunner
@@ -86,15 +86,15 @@ def _items_table(title: str, rows: tuple[ItemView, ...], *, excluded: bool = Fal
         fate = f"{v.action}: {v.reason}" if excluded or v.reason else v.action
         if v.method:
             fate += f" [{v.method} {v.tokens_before}→{v.tokens}]"
-        t.add_row(  # recorded text as Text: "[erased: …]" or "[x]" in a log is not markup
-            Text(v.id),
-            v.layer,
-            v.source,
+        t.add_row(  # recorded text is data: "[erased: …]" or "[/INST]" in a log is not markup
+            shown(v.id),
+            shown(v.layer),
+            shown(v.source),
             str(v.tokens if not excluded else v.tokens_before),
-            Text(fate),
+            shown(fate),
             flags,
-            Text(", ".join(v.files[:3])),
-            Text(v.preview[:60]),
+            shown(", ".join(v.files[:3])),
+            shown(v.preview, 60),
         )
     return t
 
@@ -102,23 +102,32 @@ def _items_table(title: str, rows: tuple[ItemView, ...], *, excluded: bool = Fal
 def _print_view(view: ContextView) -> None:
     a = view.agent
     console.print(
-        f"[bold]{a.agent_id}[/bold] · role {a.role} · task {a.task or '—'} · "
-        f"generation {view.generation} of {view.generations} ({view.kind}"
-        f"{': ' + view.reason if view.reason else ''})"
+        Text.assemble(
+            (visible(a.agent_id), "bold"),
+            f" · role {visible(a.role)} · task {visible(a.task or '—')} · "
+            f"generation {view.generation} of {view.generations} ({visible(view.kind)}"
+            f"{': ' + visible(view.reason) if view.reason else ''})",
+        )
     )
     bar_width = 40
     filled = min(bar_width, round(bar_width * view.utilization)) if view.budget else 0
     console.print(
-        f"usage  [{'█' * filled}{'·' * (bar_width - filled)}] {view.used}/{view.budget} tokens "
-        f"({view.utilization:.0%}) · strategy {view.strategy} · builds {view.builds}"
-        + (f" · [red]overflow {view.overflow}[/red]" if view.overflow else "")
+        Text.assemble(
+            f"usage  [{'█' * filled}{'·' * (bar_width - filled)}] {view.used}/{view.budget} "
+            f"tokens ({view.utilization:.0%}) · strategy {visible(view.strategy)} · "
+            f"builds {view.builds}",
+            (f" · overflow {view.overflow}" if view.overflow else "", "red"),
+        )
     )
     cfg = view.settings
     console.print(
-        f"settings · strategy {cfg.strategy} · budget {cfg.budget or view.agent.budget} · "
-        f"watermark {cfg.watermark} · recall {'on' if cfg.recall else 'off'} · latest step "
-        f"{'kept' if cfg.latest_step else 'not forced'}"
-        + (f" · [yellow]building {view.building}[/yellow]" if view.building else "")
+        Text.assemble(
+            f"settings · strategy {visible(cfg.strategy)} · budget "
+            f"{cfg.budget or view.agent.budget} · watermark {cfg.watermark} · recall "
+            f"{'on' if cfg.recall else 'off'} · latest step "
+            f"{'kept' if cfg.latest_step else 'not forced'}",
+            (f" · building {visible(str(view.building))}" if view.building else "", "yellow"),
+        )
     )
     comp = Table(title="composition (tokens)", title_justify="left")
     comp.add_column("by layer")
@@ -130,25 +139,27 @@ def _print_view(view: ContextView) -> None:
     for i in range(max(len(layers), len(sources))):
         lk, lv = layers[i] if i < len(layers) else ("", "")
         sk, sv = sources[i] if i < len(sources) else ("", "")
-        comp.add_row(lk, str(lv), sk, str(sv))
+        comp.add_row(shown(lk), str(lv), shown(sk), str(sv))
     show(console, comp)
     show(console, _items_table(f"included ({len(view.included)})", view.included))
     show(console, _items_table(f"excluded ({len(view.excluded)})", view.excluded, excluded=True))
     if view.gc:
         console.print(
             "GC indicators (none refreshes by itself): "
-            + ", ".join(f"{k} {v}" for k, v in view.gc.items())
+            + visible(", ".join(f"{k} {v}" for k, v in view.gc.items()), None)
         )
     if view.recall:
-        console.print(f"recall group: {view.recall}")
+        console.print(f"recall group: {visible(str(view.recall))}")
     if view.last_turn_error:
-        console.print(f"last turn error: {view.last_turn_error}")
+        console.print(f"last turn error: {visible(view.last_turn_error)}")
     if view.controls:
         ctl = Table(title="manual controls and generation changes", title_justify="left")
         for col in ("at", "control", "target", "detail"):
             ctl.add_column(col, overflow="fold")
         for c in view.controls[-15:]:
-            ctl.add_row(c.at.isoformat(timespec="seconds"), c.kind, c.target, c.detail)
+            ctl.add_row(
+                c.at.isoformat(timespec="seconds"), shown(c.kind), shown(c.target), shown(c.detail)
+            )
         show(console, ctl)
 
 
@@ -161,7 +172,7 @@ def inspect(
     as_json: JsonOpt = False,
 ) -> None:
     """The Context view: usage vs budget, included and excluded items with reasons."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, read_only=True) as ledger:
         states = read_states(ledger)
     view = inspect_agent(states, _default_agent(states, agent), generation)
     if as_json:
@@ -172,7 +183,7 @@ def inspect(
 
 def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> None:
     """Every generation of an agent with the reason for each rebuild or refresh."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, read_only=True) as ledger:
         states = read_states(ledger)
     gens: Generations = states.generations
     ag = gens.by_agent.get(agent)
@@ -197,7 +208,7 @@ def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> N
     if as_json:
         _json({"agent": agent, "generations": rows})
         return
-    t = Table(title=f"generations of {agent}")
+    t = Table(title=shown(f"generations of {agent}"))
     for col in (
         "gen",
         "kind",
@@ -212,9 +223,9 @@ def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> N
     for r in rows:
         t.add_row(
             str(r["number"]),
-            str(r["kind"]),
-            str(r["reason"] or "—"),
-            str(r["strategy"]),
+            shown(r["kind"]),
+            shown(r["reason"] or "—"),
+            shown(r["strategy"]),
             f"{r['tokens_used']}/{r['budget']}",
             str(r["builds"]),
             str(r["included"]),
@@ -231,18 +242,21 @@ def diff(
     as_json: JsonOpt = False,
 ) -> None:
     """What entered, left, was compressed or clipped between two generations, and why."""
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, read_only=True) as ledger:
         states = read_states(ledger)
     d = diff_generations(states, agent, from_generation, to_generation)
     if as_json:
         _json(d)
         return
     console.print(
-        f"[bold]{agent}[/bold] generation {d.from_generation} → {d.to_generation}: "
-        f"{d.tokens_from} → {d.tokens_to} tokens"
+        Text.assemble(
+            (visible(agent), "bold"),
+            f" generation {d.from_generation} → {d.to_generation}: "
+            f"{d.tokens_from} → {d.tokens_to} tokens",
+        )
     )
     for r in d.reasons:
-        console.print(f"  {r}")
+        console.print(f"  {visible(r)}")
     for title, rows in (
         ("entered", d.entered),
         ("left", d.left),
@@ -345,7 +359,7 @@ def audit(
     """Replay the whole log and check every invariant and every stream's hash chain; exit 1
     listing each violation."""
     published = load_published(against) if against is not None else {}
-    with open_ledger(store, must_exist=True) as ledger:
+    with open_ledger(store, read_only=True) as ledger:
         records = [(r.position, r.event) for r in ledger.read_all()]
         key, links = ledger.chain_key, ledger.links_checkable
         chains = ChainCheck(key=key, links=links, wanted=wanted_links(published))
@@ -453,7 +467,7 @@ def _print_chains(
         for col in ("stream", "version", "link"):
             t.add_column(col, overflow="fold")
         for sid, (version, head) in chains.heads.items():
-            t.add_row(sid, str(version), head)
+            t.add_row(shown(sid), str(version), shown(head))
         show(console, t)
 
 
@@ -486,7 +500,7 @@ def _print_audit(events: int, violations: list[Violation], report: RederiveRepor
         for col in ("position", "rule", "agent", "detail"):
             t.add_column(col, overflow="fold")
         for v in violations:
-            t.add_row(str(v.position), v.rule, v.agent_id, v.detail)
+            t.add_row(str(v.position), shown(v.rule), shown(v.agent_id), shown(v.detail))
         show(console, t)
     if report is None:
         return
@@ -495,11 +509,13 @@ def _print_audit(events: int, violations: list[Violation], report: RederiveRepor
         f"{report.mismatches} mismatches · {report.not_rederivable} not re-derivable"
     )
     for why, n in sorted(report.not_rederivable_reasons.items()):
-        console.print(f"  not re-derivable: {n} × {why}")
+        console.print(f"  not re-derivable: {n} × {visible(why)}")
     if report.mismatch_details:
         t = Table(title="builds that re-derive differently")
         for col in ("position", "agent", "generation", "first differing decision"):
             t.add_column(col, overflow="fold")
         for m in report.mismatch_details:
-            t.add_row(str(m.position), m.agent_id, str(m.generation), m.first_difference)
+            t.add_row(
+                str(m.position), shown(m.agent_id), str(m.generation), shown(m.first_difference)
+            )
         show(console, t)

@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ctxledger.adapters.cli_options import JsonOpt
-from ctxledger.adapters.cli_tables import cli_console
+from ctxledger.adapters.cli_tables import cli_console, shown, visible
 from ctxledger.adapters.cli_tables import show as show_table
 from ctxledger.adapters.store_files import check_catalog_file
 from ctxledger.domain.errors import InvalidInputError
@@ -107,13 +108,13 @@ def list_entries(
         t.add_column(col, overflow="fold")
     for e in entries:
         t.add_row(
-            e.id,
+            shown(e.id),
             e.state,
             str(e.revision),
-            e.source,
-            e.agent,
+            shown(e.source),
+            shown(e.agent),
             e.observed_at.date().isoformat(),
-            ", ".join(f.path for f in e.evidence.files[:3]),
+            shown(", ".join(f.path for f in e.evidence.files[:3])),
         )
     show_table(console, t)
 
@@ -129,8 +130,9 @@ def show(catalog: CatalogOpt, memory_id: IdArg, as_json: JsonOpt = False) -> Non
         _json({**_summary(entry), "body": entry.body})
         return
     for k, v in _summary(entry).items():
-        console.print(f"[bold]{k}[/bold]: {v}")
-    console.print(entry.body, markup=False, highlight=False)
+        console.print(Text.assemble((k, "bold"), f": {visible(str(v))}"))
+    for line in entry.body.split("\n"):  # whole, line by line; control characters visible
+        console.print(visible(line, None))
 
 
 def _change(catalog: Path, store: str, memory_id: str, action: str, as_json: JsonOpt) -> None:
@@ -159,7 +161,7 @@ def _change(catalog: Path, store: str, memory_id: str, action: str, as_json: Jso
     if as_json:
         _json(result)
     else:
-        console.print(f"{memory_id}: {after.state} (revision {after.revision})")
+        console.print(f"{visible(memory_id)}: {after.state} (revision {after.revision})")
         if report is not None and report.checkpoint_blocked:
             console.print("warning: a reader blocked the WAL checkpoint; run again when idle")
 
@@ -204,4 +206,4 @@ def import_legacy(
     else:
         console.print(f"imported {report.imported}, dropped {report.dropped}")
         for reason, n in sorted(report.reasons.items()):
-            console.print(f"  {reason}: {n}")
+            console.print(f"  {visible(reason)}: {n}")

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ctxledger.adapters.cli_options import EncryptOpt, JsonOpt
-from ctxledger.adapters.cli_tables import show
+from ctxledger.adapters.cli_tables import cli_console, show, shown, visible
 from ctxledger.domain.errors import CtxLedgerError
 
 if TYPE_CHECKING:  # the engine and importers load when a command runs
@@ -81,6 +81,14 @@ def simulate(
     as_json: JsonOpt = False,
     encrypt: EncryptOpt = None,
     watermark: WatermarkOpt = None,
+    allow_foreign_db: Annotated[
+        bool,
+        typer.Option(
+            "--allow-foreign-db",
+            help="Write the ledger's tables into an existing SQLite database of another "
+            "application (refused without it).",
+        ),
+    ] = False,
 ) -> None:
     """Replay a recorded agent run turn by turn through one engine and measure its prompts."""
     from ctxledger.adapters.simulate import simulate as run_simulate
@@ -95,19 +103,21 @@ def simulate(
         progress=_progress_wanted(),
         encrypt=encrypt,
         watermark=watermark,
+        allow_foreign=allow_foreign_db,
     )
     if as_json:
         _write_json(report.to_dict())
         return
-    console = Console()
-    table = Table(title=f"simulate · {report.format} · {Path(report.trajectory).name}")
+    console = cli_console()
+    table = Table(title=shown(f"simulate · {report.format} · {Path(report.trajectory).name}"))
     table.add_column("metric")
     table.add_column("value", justify="right")
     for key, value in _human_rows(report):
-        table.add_row(key, value)
+        table.add_row(shown(key), shown(value))
     show(console, table)
-    console.print(f"store: {report.store}", soft_wrap=True)
-    console.print(f"next: ctxledger replay --store {report.store} --verify", soft_wrap=True)
+    store = visible(report.store, None)
+    console.print(f"store: {store}", soft_wrap=True)
+    console.print(f"next: ctxledger replay --store {store} --verify", soft_wrap=True)
 
 
 def _human_rows(r: SimulationReport) -> list[tuple[str, str]]:
@@ -200,10 +210,10 @@ def compare(
             }
         )
         return
-    console = Console(width=max(Console().width, _WIDE))
+    console = Console(width=max(Console().width, _WIDE), markup=False, highlight=False, emoji=False)
     show(console, compare_table(reports, failed))
     console.print(COMPARE_LEGEND, soft_wrap=True)
-    console.print(f"store: {first.store}", soft_wrap=True)
+    console.print(f"store: {visible(first.store, None)}", soft_wrap=True)
 
 
 COMPARE_LEGEND = (
@@ -226,7 +236,7 @@ def compare_table(
     table = Table(
         box=box.SIMPLE_HEAD,
         pad_edge=False,
-        title=(
+        title=shown(
             f"compare · {first.format} · {Path(first.trajectory).name} · "
             f"{first.steps} steps · budget {first.budget}{window}"
         ),
@@ -238,7 +248,7 @@ def compare_table(
     )  # fmt: skip
     rows = [
         (
-            r.strategy,
+            visible(r.strategy),
             f"{r.generations} ({r.refreshes}/{r.rebuilds})",
             f"{r.prompt_tokens.max}/{r.prompt_tokens.mean:.0f}/{r.prompt_tokens.p95}",
             str(r.over_budget_prompts),
@@ -265,5 +275,5 @@ def compare_table(
     for row in rows:
         table.add_row(*row)
     for name, why in (failed or {}).items():
-        table.add_row(name, f"failed: {why}", *([""] * (len(columns) - 2)))
+        table.add_row(shown(name), shown(f"failed: {why}"), *([""] * (len(columns) - 2)))
     return table

@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 from rich.console import Console
+from rich.markup import escape
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
@@ -20,6 +21,7 @@ from ctxledger.adapters.freshness import GitWorktreeProbe
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.domain.errors import OverwriteRefusedError
 from ctxledger.domain.model import AgentIdentity, Durability, Layer, Source
 from ctxledger.domain.recall import RecallSettings
 from ctxledger.projections.audit import audit
@@ -72,30 +74,67 @@ def _grep_dump(n: int) -> str:
     )
 
 
-def _prepare(root: Path) -> tuple[Path, Path, Path]:
+MARKER = ".ctxledger-demo"
+"""The file beside the demo's files naming the ledgers ``ctxledger demo`` wrote there, one a
+line: only what it names (with the catalog and workspace beside it) is replaced by a re-run."""
+_SIDE_FILES = ("", "-wal", "-shm", "-locks", ".head")
+"""A SQLite store's file and the files SQLite and ctxledger keep beside it."""
+
+
+def _refuse_foreign(root: Path, ledger_path: Path, force: bool) -> None:
+    """Refuse to replace what the demo did not create: a ledger the marker does not name, or
+    a catalog or workspace without a marker (``--force`` replaces them)."""
+    marker = root / MARKER
+    made = set(marker.read_text(encoding="utf-8").splitlines()) if marker.is_file() else set()
+    theirs = [
+        p
+        for p in (ledger_path, root / "catalog.db", root / "demo-workspace")
+        if (p.exists() or p.is_symlink())
+        and not force
+        and (p.name not in made if p == ledger_path else not made)
+    ]
+    if theirs:
+        raise OverwriteRefusedError(
+            f"{theirs[0]} exists and was not written by `ctxledger demo`; the demo replaces "
+            "only its own files (pass --force to replace it, or choose another --path)"
+        )
+
+
+def _remove_store(path: Path) -> None:
+    for suffix in _SIDE_FILES:
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _prepare(root: Path, ledger_path: Path, *, force: bool) -> tuple[Path, Path]:
     root.mkdir(parents=True, exist_ok=True)
-    ledger_path = root / "demo.db"
+    _refuse_foreign(root, ledger_path, force)
     catalog_path = root / "catalog.db"
     for p in (ledger_path, catalog_path):
-        for suffix in ("", "-wal", "-shm", "-locks"):
-            Path(f"{p}{suffix}").unlink(missing_ok=True)
+        _remove_store(p)
+    marker = root / MARKER
+    made = set(marker.read_text(encoding="utf-8").splitlines()) if marker.is_file() else set()
+    marker.write_text("".join(f"{n}\n" for n in sorted({*made, ledger_path.name})), "utf-8")
     workspace = root / "demo-workspace"
     shutil.rmtree(workspace, ignore_errors=True)
     (workspace / "auth").mkdir(parents=True)
     (workspace / "auth" / "session.py").write_text(SESSION_PY, encoding="utf-8")
-    return ledger_path, catalog_path, workspace.resolve()
+    return catalog_path, workspace.resolve()
 
 
 def run_demo(
-    path: Path, *, console: Console, as_json: bool = False, encrypt: bool | None = None
+    path: Path,
+    *,
+    console: Console,
+    as_json: bool = False,
+    encrypt: bool | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Run the scripted session into *path* (its folder also holds the catalog and a tiny
-    demo workspace); everything older there is replaced. *encrypt*: as ``open_ledger``."""
-    ledger_path, catalog_path, workspace = _prepare(path.parent)
-    if path.name != "demo.db":
-        ledger_path = path
-        for suffix in ("", "-wal", "-shm", "-locks"):
-            Path(f"{ledger_path}{suffix}").unlink(missing_ok=True)
+    demo workspace). What an earlier demo wrote there is replaced (with its ``.head``);
+    anything else refuses with OverwriteRefusedError unless *force*. *encrypt*: as
+    ``open_ledger``."""
+    ledger_path = path
+    catalog_path, workspace = _prepare(path.parent, ledger_path, force=force)
     url = f"sqlite:///{ledger_path}"
     say = (lambda *_: None) if as_json else console.print
     catalog = MemoryCatalog.open(catalog_path)
@@ -139,7 +178,7 @@ def run_demo(
     console.rule("inspector · primary-1 (current generation)")
     _print_view(inspect_agent(states, "primary-1"))
     console.rule("next")
-    console.print(f"{len(records)} events in {url} · audit: {violations or 'clean'}")
+    console.print(f"{len(records)} events in {url} · audit: {violations or 'clean'}", markup=False)
     for cmd in (
         f"ctxledger inspect --store {url} --agent primary-1 --generation 1",
         f"ctxledger generations --store {url} --agent primary-1",
@@ -148,7 +187,7 @@ def run_demo(
         f"ctxledger audit --store {url}",
         f"ctxledger memory list --catalog {catalog_path}",
     ):
-        console.print(f"  .venv/bin/{cmd}")
+        console.print(f"  .venv/bin/{cmd}", markup=False)
     return summary
 
 
@@ -297,7 +336,7 @@ def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
             },
         },
     )
-    say(f"   [green]{outcome.message}[/green]")
+    say(f"   [green]{escape(outcome.message or '')}[/green]")
 
     say("[bold]5.[/bold] The finding is promoted to project memory, verified, and recalled")
     memory_id = engine.promote("worker-1", finding.id)

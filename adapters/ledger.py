@@ -40,7 +40,13 @@ from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
 from ctxledger.adapters.content_seal import Keyring, MasterKeyError, master_key_from_env
 from ctxledger.adapters.key_table import KeyTable, MemoryKeyTable, PgKeyTable, SQLiteKeyTable
-from ctxledger.adapters.store_files import LEDGER_TABLE, check_ledger_file, store_kind, wal_mode
+from ctxledger.adapters.store_files import (
+    LEDGER_TABLE,
+    check_ledger_file,
+    read_only_uri,
+    store_kind,
+    wal_mode,
+)
 from ctxledger.adapters.stream_locks import (
     DEFAULT_TIMEOUT_S,
     UNAVAILABLE_AFTER_S,
@@ -102,7 +108,11 @@ def _snapshot_mac(key: bytes, name: str, position: int, blob: bytes) -> bytes:
 _WRITE_QUEUE = "\x00 write transactions"
 """The lock queue every SQLite write transaction takes its turn in (not a stream id: those are
 event stream names)."""
-_WRITE_QUEUE_TIMEOUT_S = 60.0
+WRITE_TURN_TIMEOUT_S = DEFAULT_TIMEOUT_S
+"""How long a SQLite write transaction waits for its turn in the file's write queue (the same
+30 s a writer waits for its stream's turn) before ``LedgerUnavailableError``: a writer that
+holds the file and does not go on (stopped, hung) keeps every other writer out, and waiting
+longer, or retrying, would not help."""
 _HEADS_KEPT = 1024
 _UNREAD: Any = object()
 
@@ -258,6 +268,8 @@ class Ledger:
 
     def __init__(self, url: str, backend: _Backend, keyring: Keyring | None = None) -> None:
         self.url = url
+        self.write_turn_timeout_s = WRITE_TURN_TIMEOUT_S
+        """Seconds a write transaction waits for its turn (``WRITE_TURN_TIMEOUT_S``)."""
         self._backend = backend
         self._recorder = backend.recorder
         self._append_lock = threading.Lock()
@@ -280,12 +292,12 @@ class Ledger:
             if self._backend.queued_writes:
                 try:
                     turn.enter_context(
-                        self.stream_lock(_WRITE_QUEUE, timeout=_WRITE_QUEUE_TIMEOUT_S)
+                        self.stream_lock(_WRITE_QUEUE, timeout=self.write_turn_timeout_s)
                     )
                 except ConflictError as exc:  # waiting for the turn timed out
                     raise LedgerUnavailableError(
-                        f"{self.url}: other writers kept the database for "
-                        f"{_WRITE_QUEUE_TIMEOUT_S:g} s"
+                        f"{self.url}: another writer kept the database for "
+                        f"{self.write_turn_timeout_s:g} s (stopped or hung?)"
                     ) from exc
             yield
 
@@ -971,15 +983,25 @@ class _SQLiteBackend:
     outages = False
     queued_writes = True
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
+        """*read_only* (commands that only read): opened through ``read_only_uri``, so not
+        a table, a journal-mode switch, a ``-wal``/``-shm`` or a lock file is created."""
         self.path = path
-        _use_wal(path, timeout=60)
+        self.read_only = read_only
+        if not read_only:
+            _use_wal(path, timeout=60)
         self.datastore = SQLiteDatastore(
-            path, lock_timeout=60, originator_id_type="text", pool_size=2, max_overflow=4
+            read_only_uri(path) if read_only else path,
+            lock_timeout=60,
+            originator_id_type="text",
+            pool_size=2,
+            max_overflow=4,
         )
         recorder = SQLiteApplicationRecorder(self.datastore, events_table_name=EVENTS_TABLE)
-        recorder.create_table()
         self.recorder: ApplicationRecorder = recorder
+        if read_only:
+            return
+        recorder.create_table()
         with self.datastore.transaction(commit=True) as c:
             c.execute(
                 f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
@@ -1013,6 +1035,13 @@ class _SQLiteBackend:
 
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
         with self.datastore.transaction(commit=False) as c:
+            if self.read_only:
+                c.execute(
+                    "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?",
+                    (PROJECTIONS_TABLE,),
+                )
+                if c.fetchone() is None:
+                    return None  # never saved (a reader creates no table)
             c.execute(f"SELECT position, state FROM {PROJECTIONS_TABLE} WHERE name=?", (name,))
             row = c.fetchone()
         return None if row is None else (int(row["position"]), bytes(row["state"]))
@@ -1453,6 +1482,8 @@ def open_ledger(
     master_key: bytes | None = FROM_ENV,
     encrypt: bool | None = None,
     loss_check: bool = True,
+    allow_foreign: bool = False,
+    read_only: bool = False,
 ) -> Ledger:
     """Open the ledger named by *url*: ``memory://``, ``sqlite:///path`` or ``postgresql://…``.
 
@@ -1469,7 +1500,13 @@ def open_ledger(
 
     Loss (``Ledger.head_loss``): a missing or empty SQLite file whose head file says it held
     events is refused to everyone, and a writer is refused a ledger whose log lost events —
-    ``LossError``, one line — unless *loss_check* is False (``doctor --accept-loss``)."""
+    ``LossError``, one line — unless *loss_check* is False (``doctor --accept-loss``).
+
+    A writer is refused an existing SQLite file of another application (tables, none of
+    them the ledger's) unless *allow_foreign*: opening it would add ctxledger's tables.
+    *read_only* (implies *must_exist*; commands that only read): a SQLite ledger is opened
+    so that no table, journal-mode switch, ``-wal``/``-shm`` or lock file is created."""
+    must_exist = must_exist or read_only
     if master_key is FROM_ENV:
         master_key = master_key_from_env()
     if encrypt and master_key is None:
@@ -1477,7 +1514,13 @@ def open_ledger(
             "content encryption needs a master key: set CTXLEDGER_MASTER_KEY (base64 of 32 "
             "bytes) or pass --key-file"
         )
-    ledger = _open_backend(url, must_exist=must_exist, loss_check=loss_check)
+    ledger = _open_backend(
+        url,
+        must_exist=must_exist,
+        loss_check=loss_check,
+        allow_foreign=allow_foreign,
+        read_only=read_only,
+    )
     try:
         ledger.keyring = Keyring(ledger.backend_key_table(), master_key)
         if loss_check and not must_exist:
@@ -1542,7 +1585,14 @@ def accept_emptied(url: str, *, at: str) -> str:
     return loss.line
 
 
-def _open_backend(url: str, *, must_exist: bool, loss_check: bool = True) -> Ledger:
+def _open_backend(
+    url: str,
+    *,
+    must_exist: bool,
+    loss_check: bool = True,
+    allow_foreign: bool = False,
+    read_only: bool = False,
+) -> Ledger:
     scheme = url.split(":", 1)[0].lower() if ":" in url else ""
     if scheme == "memory":
         return Ledger(url, _MemoryBackend())
@@ -1558,9 +1608,9 @@ def _open_backend(url: str, *, must_exist: bool, loss_check: bool = True) -> Led
             _refuse_emptied(url, path)
         if must_exist and not path.is_file():
             raise StoreURLError(f"{url}: no ledger at {path}")
-        check_ledger_file(path, must_be_ledger=must_exist)
+        check_ledger_file(path, must_be_ledger=must_exist, allow_foreign=allow_foreign)
         try:
-            return Ledger(url, _SQLiteBackend(str(path)))
+            return Ledger(url, _SQLiteBackend(str(path), read_only=read_only))
         except PersistenceError as exc:
             raise LedgerUnavailableError(f"{url}: {exc}") from exc
     if scheme in ("postgresql", "postgres"):

@@ -325,10 +325,12 @@ def simulate_trajectory(
     on_prompt: PromptHook | None = None,
     encrypt: bool | None = None,
     watermark: float | None = None,
+    allow_foreign: bool = False,
 ) -> SimulationReport:
     """Drive one engine through an imported trajectory (see the module docstring).
     *encrypt*: content encryption of a new store, as ``open_ledger`` says; *watermark*: the
-    agent's rebuild target (a fraction of the budget; None: the default)."""
+    agent's rebuild target (a fraction of the budget; None: the default); *allow_foreign*:
+    write into another application's SQLite database (refused by default)."""
     if budget <= 0:
         raise BudgetError(f"--budget must be a positive number of tokens, got {budget}")
     if window is not None and window <= 0:
@@ -346,7 +348,7 @@ def simulate_trajectory(
     kwargs: dict[str, Any] = {"clock": clock, "settings": EngineSettings(session_id="simulate")}
     if counter is not None:
         kwargs["counter"] = counter
-    with open_engine(url, encrypt=encrypt, **kwargs) as engine:
+    with open_engine(url, encrypt=encrypt, allow_foreign=allow_foreign, **kwargs) as engine:
         start_position = engine.ledger.max_position()
         agent = _agent_id(engine, traj, strategy)
         engine.register_agent(
@@ -561,6 +563,7 @@ def simulate(
     counter: TokenCounter | None = None,
     encrypt: bool | None = None,
     watermark: float | None = None,
+    allow_foreign: bool = False,
 ) -> SimulationReport:
     """Import *path* and simulate it with one strategy (a progress bar on stderr if asked)."""
     traj = load_trajectory(path, format)
@@ -576,6 +579,7 @@ def simulate(
             progress=update,
             encrypt=encrypt,
             watermark=watermark,
+            allow_foreign=allow_foreign,
         )
 
 

@@ -80,10 +80,14 @@ def store_kind(path: str | os.PathLike[str]) -> StoreKind:
     return "sqlite"
 
 
-def check_ledger_file(path: str | os.PathLike[str], *, must_be_ledger: bool) -> None:
+def check_ledger_file(
+    path: str | os.PathLike[str], *, must_be_ledger: bool, allow_foreign: bool = False
+) -> None:
     """Refuse, before anything opens it for writing, a file that cannot be a ledger: not
     SQLite, or a memory catalog. With *must_be_ledger* (readers) also an empty or other SQLite
-    file, which opening would turn into a ledger. A missing file passes (the caller decides)."""
+    file, which opening would turn into a ledger. A writer is also refused another
+    application's SQLite database (tables, none of them a ledger's), which opening would add
+    ctxledger tables to, unless *allow_foreign*. A missing file passes (the caller decides)."""
     file = Path(path)
     if not file.is_file():
         return
@@ -92,6 +96,17 @@ def check_ledger_file(path: str | os.PathLike[str], *, must_be_ledger: bool) -> 
         raise StoreKindError(f"{file} is a memory catalog, not a ledger")
     if must_be_ledger and kind not in ("ledger", "shared"):
         raise StoreKindError(f"{file} is not a ledger (no {LEDGER_TABLE} table)")
+    if kind == "sqlite" and not allow_foreign and _foreign_tables(file):
+        raise StoreKindError(
+            f"{file} is another application's SQLite database (no {LEDGER_TABLE} table); "
+            "ctxledger will not add its tables to it (--allow-foreign-db to do so)"
+        )
+
+
+def _foreign_tables(path: Path) -> frozenset[str]:
+    """Tables of *path* that are not ctxledger's (``ctxledger_*``) nor SQLite's own: a ledger
+    another writer is creating right now has some of its tables and is not foreign."""
+    return frozenset(t for t in _tables(path) if not t.startswith(("ctxledger_", "sqlite_")))
 
 
 def check_catalog_file(path: str | os.PathLike[str], *, must_be_catalog: bool) -> None:

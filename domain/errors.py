@@ -6,6 +6,7 @@ __all__ = [
     "BudgetError",
     "ConflictError",
     "CtxLedgerError",
+    "OverwriteRefusedError",
     "LedgerUnavailableError",
     "DamagedStreamError",
     "DecodeError",
@@ -200,6 +201,11 @@ class ProtectedTableError(InvalidInputError):
 
 class LegacyImportError(CtxLedgerError):
     """A legacy catalog import failed as a whole and was rolled back."""
+
+
+class OverwriteRefusedError(InvalidInputError):
+    """A command was asked to replace a file or folder it did not create (``demo --force``
+    replaces it)."""
 
 
 class LedgerUnavailableError(CtxLedgerError):
