@@ -179,7 +179,7 @@ class Loss:
         if self.kind == "replaced":
             return (
                 f"the event at position {self.recorded} is not the one {self.where} recorded: "
-                "the file was replaced by another ledger or another copy"
+                "rewritten since, or the file replaced by another ledger or another copy"
             )
         cause = _LOSS_CAUSE[self.kind].format(in_file=self.in_file)
         return (

@@ -219,7 +219,8 @@ def test_the_stream_takes_every_event_before_a_damaged_row_then_names_it(
     # at its edges or in a page of its own, still comes after every event before it.
     url, log = _damaged_log(tmp_path / "l.db", bad)
     taken: list[ev.Event] = []
-    with open_ledger(url) as ledger:
+    # (a reader: a writer is refused a ledger whose last row, the head, was rewritten)
+    with open_ledger(url, must_exist=True) as ledger:
         with pytest.raises(DecodeError) as info:
             taken.extend(ledger.events(page=page))  # (extend keeps what came before the error)
         assert info.value.position == bad
@@ -272,7 +273,11 @@ def test_unknown_type_name_in_the_log_is_typed(tmp_path: Path) -> None:
     con.execute("UPDATE ctxledger_events SET topic='subprocess.Popen.v1'")
     con.commit()
     con.close()
-    with open_ledger(url) as ledger, pytest.raises(DecodeError, match="position 1"):
+    # (a reader: a writer is refused a ledger whose last row, the head, was rewritten)
+    with (
+        open_ledger(url, must_exist=True) as ledger,
+        pytest.raises(DecodeError, match="position 1"),
+    ):
         list(ledger.read_all())
 
 
