@@ -1188,7 +1188,7 @@ class _PostgresBackend:
                     recorder.create_table()
                     with self.datastore.transaction(commit=True) as c:
                         c.execute(
-                            f"CREATE TABLE IF NOT EXISTS {PROJECTIONS_TABLE} ("
+                            f"CREATE TABLE IF NOT EXISTS {self._projections} ("
                             "name text PRIMARY KEY, position bigint NOT NULL, "
                             "state bytea NOT NULL)"
                         )
@@ -1234,7 +1234,7 @@ class _PostgresBackend:
     def load_projection(self, name: str) -> tuple[int, bytes] | None:
         with self.datastore.transaction(commit=False) as c:
             c.execute(
-                f"SELECT position, state FROM {PROJECTIONS_TABLE} WHERE name=%s",
+                f"SELECT position, state FROM {self._projections} WHERE name=%s",
                 (name,),
             )
             row = c.fetchone()
@@ -1244,7 +1244,7 @@ class _PostgresBackend:
         with self.datastore.transaction(commit=True) as c:
             for name, state in states.items():
                 c.execute(
-                    f"INSERT INTO {PROJECTIONS_TABLE} (name, position, state) "
+                    f"INSERT INTO {self._projections} (name, position, state) "
                     "VALUES (%s,%s,%s) ON CONFLICT (name) DO UPDATE SET "
                     "position=excluded.position, state=excluded.state",
                     (name, position, state),
@@ -1252,7 +1252,13 @@ class _PostgresBackend:
 
     def drop_projections_after(self, position: int) -> None:
         with self.datastore.transaction(commit=True) as c:
-            c.execute(f"DELETE FROM {PROJECTIONS_TABLE} WHERE position>%s", (position,))
+            c.execute(f"DELETE FROM {self._projections} WHERE position>%s", (position,))
+
+    @property
+    def _projections(self) -> str:
+        """The saved-read-models table in this ledger's schema (``?schema=`` isolates it)."""
+        schema = (self.datastore.schema or "public").replace('"', '""')
+        return f'"{schema}".{PROJECTIONS_TABLE}'
 
     def _table(self, name: str) -> Any:
         from psycopg.sql import SQL, Identifier
@@ -1318,7 +1324,7 @@ class _PostgresBackend:
                 )
                 moved += c.rowcount
             first = min(p for p, _, _ in entries)
-            c.execute(f"DELETE FROM {PROJECTIONS_TABLE} WHERE position>=%s", (first,))
+            c.execute(f"DELETE FROM {self._projections} WHERE position>=%s", (first,))
         return moved
 
     def wait_for_new(self, timeout: float) -> None:
