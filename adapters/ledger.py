@@ -1171,7 +1171,10 @@ class _PostgresBackend:
                 # UNAVAILABLE_AFTER_S (10 × (wait + 0.2 s))
                 connect_timeout=UNAVAILABLE_AFTER_S / 10 - 0.2,
             )
-            recorder = PostgresApplicationRecorder(self.datastore, events_table_name=EVENTS_TABLE)
+            _refuse_encoding(self.datastore, url)
+            recorder = _chunked_recorder(PostgresApplicationRecorder)(
+                self.datastore, events_table_name=EVENTS_TABLE
+            )
             if must_exist:  # a reader: never create tables, say what is missing
                 schema = query.get("schema", "")
                 table = f"{schema}.{EVENTS_TABLE}" if schema else EVENTS_TABLE
@@ -1185,6 +1188,15 @@ class _PostgresBackend:
                     )
             else:
                 with _schema_lock(self._conninfo):
+                    if query.get("schema"):  # a writer's ?schema= is made when missing
+                        from psycopg.sql import SQL, Identifier
+
+                        with self.datastore.transaction(commit=True) as c:
+                            c.execute(
+                                SQL("CREATE SCHEMA IF NOT EXISTS {}").format(
+                                    Identifier(query["schema"])
+                                )
+                            )
                     recorder.create_table()
                     with self.datastore.transaction(commit=True) as c:
                         c.execute(
@@ -1203,7 +1215,8 @@ class _PostgresBackend:
 
         conninfo = self._conninfo
         return PgStreamLocks(
-            lambda: psycopg.connect(**conninfo, autocommit=True, connect_timeout=10)
+            lambda: psycopg.connect(**conninfo, autocommit=True, connect_timeout=10),
+            namespace=self.datastore.schema if self.datastore.schema != "public" else "",
         )
 
     def select_rows(
@@ -1355,6 +1368,67 @@ class _PostgresBackend:
             with contextlib.suppress(Exception):
                 self._listener.close()
         self.datastore.close()
+
+
+_PG_CHUNK = 1000
+"""Rows per INSERT of one append on PostgreSQL: one statement of 10,000 rows never returned
+(psycopg's pipeline waiting on the server while the server waited for the rest of the
+statement); chunks of this many, in the one transaction, keep an append atomic."""
+
+
+def _chunked_recorder(base: type[Any]) -> type[Any]:
+    """eventsourcing's PostgreSQL recorder, inserting a large append in chunks of
+    ``_PG_CHUNK`` rows within one transaction (all or nothing, as before)."""
+    from eventsourcing.utils import retry
+    from psycopg import InterfaceError as PgInterfaceError
+    from psycopg import OperationalError as PgOperationalError
+
+    class ChunkedRecorder(base):  # type: ignore[misc]
+        @retry((PgInterfaceError, PgOperationalError), max_attempts=10, wait=0.2)
+        def insert_events(
+            self, stored_events: Sequence[StoredEvent], **kwargs: Any
+        ) -> Sequence[int] | None:
+            if len(stored_events) <= _PG_CHUNK or self.datastore.enable_db_functions:
+                return super().insert_events.__wrapped__(self, stored_events, **kwargs)  # type: ignore[no-any-return]
+            failed: Exception | None = None
+            ids: list[int] = []
+            with self.datastore.get_connection() as conn:
+                with conn.pipeline() as pipeline, conn.transaction():
+                    for at in range(0, len(stored_events), _PG_CHUNK):
+                        chunk = stored_events[at : at + _PG_CHUNK]
+                        with conn.cursor() as curs:
+                            try:
+                                self._insert_stored_events(curs, chunk, **kwargs)
+                                pipeline.sync()  # a key violation raises here
+                                ids += self._fetch_ids_after_insert_events(curs, chunk) or []
+                            except Exception as exc:  # re-raised once the pipeline closed
+                                failed = exc
+                                break
+                if failed is not None:
+                    raise failed
+            return ids
+
+    return ChunkedRecorder
+
+
+def _refuse_encoding(datastore: Any, url: str) -> None:
+    """Refuse a database whose encoding is not UTF-8 (``SQL_ASCII`` accepts the bytes of
+    every append and then fails every call, so its rows land and read back broken)."""
+    with datastore.transaction(commit=False) as c:
+        c.execute(
+            "SELECT pg_encoding_to_char(encoding) AS enc FROM pg_database "
+            "WHERE datname = current_database()"
+        )
+        row = c.fetchone()
+    found = row["enc"] if row else ""
+    # (a SQL_ASCII database hands text back as bytes)
+    encoding = found.decode("ascii", "replace") if isinstance(found, bytes) else str(found)
+    if encoding.upper() not in ("UTF8", "UTF-8"):
+        datastore.close()
+        raise StoreKindError(
+            f"{_redact(url)}: the database's encoding is {encoding or 'unknown'}, not UTF8: "
+            "ctxledger stores UTF-8 text (CREATE DATABASE … ENCODING 'UTF8')"
+        )
 
 
 _SCHEMA_LOCK_KEY = 0x6374786C6C6467  # advisory lock id: "ctxlldg"

@@ -340,9 +340,12 @@ class PgStreamLocks(StreamLocks):
     """Across machines: PostgreSQL advisory locks, on one connection per thread kept open
     (autocommit; session-level locks, released explicitly or when the session ends)."""
 
-    def __init__(self, connect: Callable[[], Any]) -> None:
+    def __init__(self, connect: Callable[[], Any], namespace: str = "") -> None:
+        """*namespace*: the ledger's schema — advisory locks are per database, so two ledgers
+        of one database (``?schema=``) lock streams of the same name apart."""
         super().__init__()
         self._connect = connect
+        self._namespace = f"{namespace}\x00" if namespace else ""
         self._conns = threading.local()
         self._all: list[Any] = []
         self._all_guard = threading.Lock()
@@ -363,7 +366,7 @@ class PgStreamLocks(StreamLocks):
     def _acquire(self, stream_id: str, deadline: float, timeout: float) -> Callable[[], None]:
         import psycopg
 
-        key = _key(stream_id)
+        key = _key(self._namespace + stream_id)
         gone_at: float | None = None
         while True:
             conn: Any = None
