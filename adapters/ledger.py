@@ -903,7 +903,24 @@ class EventStream:
 # --- backends ---------------------------------------------------------------------------------
 
 
-class _MemoryBackend:
+class _NoHeadFile:
+    """A store that keeps no head record outside itself (memory, PostgreSQL): its persisted
+    read models witness loss alone."""
+
+    def head_record(self) -> HeadRecord | None:
+        return None
+
+    def committed(self, position: int, link: str) -> None:
+        return None
+
+    def closing(self) -> None:
+        return None
+
+    def accept_head(self, position: int, link: str, line: str) -> None:
+        return None
+
+
+class _MemoryBackend(_NoHeadFile):
     outages = False
     queued_writes = False
 
@@ -937,18 +954,6 @@ class _MemoryBackend:
         with self._lock:
             for name in [n for n, (p, _) in self._projections.items() if p > position]:
                 del self._projections[name]
-
-    def head_record(self) -> HeadRecord | None:
-        return None  # no file beside the store: the persisted read models witness alone
-
-    def committed(self, position: int, link: str) -> None:
-        return None
-
-    def closing(self) -> None:
-        return None
-
-    def accept_head(self, position: int, link: str, line: str) -> None:
-        return None
 
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         return []
@@ -1132,7 +1137,7 @@ class _SQLiteBackend:
         self.datastore.close()
 
 
-class _PostgresBackend:
+class _PostgresBackend(_NoHeadFile):
     outages = True
     queued_writes = False  # the server queues writers itself
 
@@ -1277,18 +1282,6 @@ class _PostgresBackend:
         from psycopg.sql import SQL, Identifier
 
         return SQL("{}.{}").format(Identifier(self.datastore.schema), Identifier(name))
-
-    def head_record(self) -> HeadRecord | None:
-        return None  # no file beside the store: the persisted read models witness alone
-
-    def committed(self, position: int, link: str) -> None:
-        return None
-
-    def closing(self) -> None:
-        return None
-
-    def accept_head(self, position: int, link: str, line: str) -> None:
-        return None
 
     def quarantined_rows(self) -> list[tuple[Any, ...]]:
         from psycopg.rows import tuple_row

@@ -130,9 +130,12 @@ def test_a_forged_event_with_a_recomputed_link_is_found_on_a_keyed_chain(
     )
 
 
-def test_an_older_snapshot_put_back_is_refused_and_the_pin_kept(keyed: str, tmp_path: Path) -> None:
-    db = _db(keyed)
-    engine = open_engine(keyed, master_key=MASTER)
+def _pin_then_put_back_older_snapshots(url: str, master_key: bytes | None) -> str:
+    """Record an item and save the read models; pin it and save again; then put the saved
+    read models from before the pin back under the newer position (each a valid blob of its
+    ledger: sealed on an encrypted one). Returns the item's id."""
+    db = _db(url)
+    engine = open_engine(url, master_key=master_key)
     item = engine.record("a", "the plan: fix the parser first")
     engine.checkpoint()
     with sqlite3.connect(db) as con:
@@ -141,18 +144,23 @@ def test_an_older_snapshot_put_back_is_refused_and_the_pin_kept(keyed: str, tmp_
     engine.pin("a", item.id, by="lead")
     engine.checkpoint()
     engine.close()
-    with sqlite3.connect(db) as con:  # the older, validly sealed states at the newer position
+    with sqlite3.connect(db) as con:
         for name, state in older.items():
             con.execute(f"UPDATE {PROJECTIONS_TABLE} SET state=? WHERE name=?", (state, name))
     con.close()
+    return item.id
+
+
+def test_an_older_snapshot_put_back_is_refused_and_the_pin_kept(keyed: str, tmp_path: Path) -> None:
+    item_id = _pin_then_put_back_older_snapshots(keyed, MASTER)
     code, report = _audit(keyed, tmp_path)
     assert code == 1
     assert "snapshot_forged" in _rules(report)
     engine = open_engine(keyed, master_key=MASTER)
     try:
-        assert engine.pool("a").current(item.id).pinned  # rebuilt from the log, not trusted
+        assert engine.pool("a").current(item_id).pinned  # rebuilt from the log, not trusted
         sent = {i.id: i for i in engine.build("a").pack.items}
-        assert sent[item.id].pinned
+        assert sent[item_id].pinned
     finally:
         engine.close()
     record(
@@ -243,21 +251,8 @@ def test_an_older_snapshot_put_back_on_a_plain_ledger_is_named_by_audit(tmp_path
     """Without a key nothing can refuse the snapshot when it is loaded, but the audit replays
     the log up to the snapshot's position and names every read model that differs."""
     url = _plain(tmp_path)
-    db = _db(url)
-    engine = open_engine(url, master_key=None)
-    item = engine.record("a", "the plan: fix the parser first")
-    engine.checkpoint()
-    with sqlite3.connect(db) as con:
-        older = dict(con.execute(f"SELECT name, state FROM {PROJECTIONS_TABLE}").fetchall())
-    con.close()
-    engine.pin("a", item.id, by="lead")
-    engine.checkpoint()
-    engine.close()
     assert _audit(url, tmp_path)[0] == 0
-    with sqlite3.connect(db) as con:
-        for name, state in older.items():
-            con.execute(f"UPDATE {PROJECTIONS_TABLE} SET state=? WHERE name=?", (state, name))
-    con.close()
+    _pin_then_put_back_older_snapshots(url, None)
     code, report = _audit(url, tmp_path)
     assert code == 1
     differing = [v["detail"] for v in report["violations"] if v["rule"] == "snapshot_differs"]
