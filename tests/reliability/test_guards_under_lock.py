@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,16 +66,28 @@ def _interleave(
     return outcome[0]
 
 
+@contextmanager
+def _two_engines(url: str) -> Iterator[tuple[ContextEngine, ContextEngine]]:
+    """Two engines on one ledger, agent ``w`` registered; both closed after, and the audit of
+    the ledger then clean."""
+    a = open_engine(url)
+    b = open_engine(url)
+    try:
+        a.register_agent(AgentIdentity(agent_id="w", role="worker"))
+        yield a, b
+    finally:
+        a.close()
+        b.close()
+    assert _violations(url) == []
+
+
 def _violations(url: str) -> list[str]:
     with open_ledger(url, must_exist=True) as ledger:
         return [v.rule for v in audit((r.position, r.event) for r in ledger.read_all())]
 
 
 def test_a_pin_taken_while_a_removal_waits_refuses_the_removal(shared_url: str) -> None:
-    a = open_engine(shared_url)
-    b = open_engine(shared_url)
-    try:
-        a.register_agent(AgentIdentity(agent_id="w", role="worker"))
+    with _two_engines(shared_url) as (a, b):
         item = a.record("w", "the failing test is test_parse")
         b.catch_up()
         refused = _interleave(
@@ -88,10 +101,6 @@ def test_a_pin_taken_while_a_removal_waits_refuses_the_removal(shared_url: str) 
         a.catch_up()
         assert item.id not in a.pool("w").removed
         assert a.pool("w").current(item.id).pinned
-    finally:
-        a.close()
-        b.close()
-    assert _violations(shared_url) == []
     record(
         f"guards under the stream lock · {shared_url.split(':', maxsplit=1)[0]} · pin vs remove",
         scale="2 engines on one ledger; a removal waits on the lock while the other pins",
@@ -106,10 +115,7 @@ def test_a_verification_checks_the_item_it_meets_under_the_lock(shared_url: str)
     verifies a finding id it has not seen yet while B records that very finding — A must
     meet B's item under the lock and verify exactly it, not refuse it as unknown on the
     state it read before (the check that read state before the lock did)."""
-    a = open_engine(shared_url)
-    b = open_engine(shared_url)
-    try:
-        a.register_agent(AgentIdentity(agent_id="w", role="worker"))
+    with _two_engines(shared_url) as (a, b):
         b.catch_up()
         item = b.make_item("w", "cache keys are per tenant", source=Source.WORKER_FINDING)
         refused = _interleave(
@@ -121,19 +127,12 @@ def test_a_verification_checks_the_item_it_meets_under_the_lock(shared_url: str)
         assert refused is None
         a.catch_up()
         assert item.id in a.pool("w").verified
-    finally:
-        a.close()
-        b.close()
-    assert _violations(shared_url) == []
 
 
 def test_an_unpin_while_a_removal_waits_lets_the_removal_land(shared_url: str) -> None:
     """The other direction: the guard reads the state under the lock, so a removal refused
     beforehand (pinned) lands once the item was unpinned while it waited."""
-    a = open_engine(shared_url)
-    b = open_engine(shared_url)
-    try:
-        a.register_agent(AgentIdentity(agent_id="w", role="worker"))
+    with _two_engines(shared_url) as (a, b):
         item = a.record("w", "old plan: rewrite the parser", pinned=True)
         b.catch_up()
         refused = _interleave(
@@ -145,7 +144,3 @@ def test_an_unpin_while_a_removal_waits_lets_the_removal_land(shared_url: str) -
         assert refused is None
         a.catch_up()
         assert item.id in a.pool("w").removed
-    finally:
-        a.close()
-        b.close()
-    assert _violations(shared_url) == []
