@@ -3,7 +3,8 @@ position. A pure fold over ``(position, event)`` pairs."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import msgspec
 
@@ -26,7 +27,7 @@ from ctxledger.domain.events import (
     TurnSucceeded,
 )
 from ctxledger.domain.free_text import ERASED_REASON
-from ctxledger.domain.model import Decision, Source, apply_decision_delta, selection_matches
+from ctxledger.domain.model import Decision, Item, Source, apply_decision_delta, selection_matches
 from ctxledger.domain.packing import OTHER_STAGE
 
 __all__ = [
@@ -91,6 +92,181 @@ def _other_stage(a: _Agent, item_id: str, d: Decision) -> bool:
     return d.action == "dropped" and d.reason == OTHER_STAGE and stage not in ("", a.stage)
 
 
+class _Auditor:
+    """The fold's state: what each agent has recorded, pinned and decided so far, and the
+    violations found; one handler per event type (``_HANDLERS``)."""
+
+    def __init__(self) -> None:
+        self.agents: dict[str, _Agent] = {}
+        self.out: list[Violation] = []
+
+    def flag(self, pos: int, rule: str, agent_id: str = "", detail: str = "") -> None:
+        self.out.append(Violation(position=pos, rule=rule, agent_id=agent_id, detail=detail))
+
+    def agent(self, pos: int, agent_id: str) -> _Agent:
+        """The agent's state; an agent never registered is flagged once, then known."""
+        a = self.agents.get(agent_id)
+        if a is None:
+            a = self.agents[agent_id] = _Agent()
+            self.flag(pos, "unknown_agent", agent_id)
+            a.registered = True
+        return a
+
+    def item_of(self, pos: int, agent_id: str, item_id: str) -> _Agent:
+        """The agent's state, flagging *item_id* if it was never recorded for the agent."""
+        a = self.agent(pos, agent_id)
+        if item_id not in a.recorded:
+            self.flag(pos, "unknown_item", agent_id, item_id)
+        return a
+
+    def registered(self, pos: int, event: AgentRegistered) -> None:
+        self.agents.setdefault(event.agent.agent_id, _Agent()).registered = True
+
+    def recorded(self, pos: int, event: ItemRecorded | SteeringNoteAdded) -> None:
+        aid, item = event.agent_id, event.item
+        a = self.agent(pos, aid)
+        # The pool keeps an item's first recording (observing it again changes none of its
+        # flags), so only the first recording of an id says what is forced.
+        if item.id not in a.recorded:
+            _first_recording(a, item, steering=type(event) is SteeringNoteAdded)
+        a.recorded.add(item.id)
+        if item.source == Source.VERIFIED_FACT and not item.verified:
+            self.flag(pos, "unverified_as_verified", aid, item.id)
+        if item.verified and item.source in _NEVER_RECORDED_VERIFIED:
+            self.flag(pos, "unverified_as_verified", aid, item.id)
+
+    def pinned(self, pos: int, event: ItemPinned) -> None:
+        self.item_of(pos, event.agent_id, event.item_id).pinned.add(event.item_id)
+
+    def unpinned(self, pos: int, event: ItemUnpinned) -> None:
+        a = self.item_of(pos, event.agent_id, event.item_id)
+        if event.item_id not in a.mandatory:
+            a.pinned.discard(event.item_id)
+
+    def removed(self, pos: int, event: ItemRemoved) -> None:
+        a = self.item_of(pos, event.agent_id, event.item_id)
+        if event.item_id in a.pinned and not event.reason.startswith(ERASED_REASON):
+            self.flag(pos, "pinned_removed", event.agent_id, event.item_id)
+
+    def started(self, pos: int, event: ContextBuildingStarted) -> None:
+        if (known := self.agents.get(event.agent_id)) is not None:
+            known.stage = event.stage_id
+
+    def verified(self, pos: int, event: FindingVerified) -> None:
+        self.item_of(pos, event.agent_id, event.item_id)
+
+    def promoted(self, pos: int, event: MemoryPromoted) -> None:
+        if event.verified:
+            self.flag(pos, "unverified_as_verified", detail=event.memory_id)
+
+    def turn_failed(self, pos: int, event: TurnFailed) -> None:
+        if event.error_class == "context_limit":
+            self.agent(pos, event.agent_id).context_limit_pending = True
+
+    def turn_succeeded(self, pos: int, event: CacheUsageRecorded | TurnSucceeded) -> None:
+        self.agent(pos, event.agent_id).context_limit_pending = False
+
+    def refreshed(self, pos: int, event: GenerationRefreshed) -> None:
+        aid = event.agent_id
+        a = self.agent(pos, aid)
+        if event.from_generation != a.generation or event.to_generation != a.generation + 1:
+            moved = f"{event.from_generation} → {event.to_generation}"
+            self.flag(pos, "generation_gap", aid, f"{moved} at generation {a.generation}")
+        if (
+            event.kind == "refresh"
+            and event.trigger == "context_limit"
+            and not a.context_limit_pending
+        ):
+            self.flag(pos, "refresh_without_cause", aid)
+        if event.kind == "refresh" and event.trigger == "budget":
+            self.flag(pos, "refresh_without_cause", aid, "trigger budget")
+        a.generation = event.to_generation
+        a.decisions = {}
+
+    def pack_built(self, pos: int, event: ContextPackBuilt) -> None:
+        aid = event.agent_id
+        a = self.agent(pos, aid)
+        if event.generation != a.generation:
+            detail = f"pack of generation {event.generation} in {a.generation}"
+            self.flag(pos, "generation_gap", aid, detail)
+        prompt_decisions = a.decisions
+        a.decisions = apply_decision_delta(
+            {} if event.purpose else a.decisions, event.decisions, event.retired
+        )
+        self.check_budget(pos, a, event)
+        if event.selection_hash and not selection_matches(a.decisions, event.selection_hash):
+            self.flag(pos, "selection_hash", aid, event.pack_id)
+        for iid in a.pinned:
+            d = a.decisions.get(iid)
+            if d is not None and d.action != "included" and not _other_stage(a, iid, d):
+                self.flag(pos, "pinned_dropped", aid, f"{iid}: {d.action} ({d.reason})")
+        if event.purpose:  # the generation's prompt decisions are unchanged by it
+            a.decisions = prompt_decisions
+
+    def check_budget(self, pos: int, a: _Agent, event: ContextPackBuilt) -> None:
+        """``over_budget`` and ``unforced_over_budget`` for a pack above its budget."""
+        used, limit = event.budget_used, event.budget_limit
+        if used <= limit:
+            return
+        if event.overflow != used - limit:
+            detail = f"{used} > {limit}, overflow {event.overflow}"
+            self.flag(pos, "over_budget", event.agent_id, detail)
+        forced = a.pinned | (a.event_history if event.strategy == "layered" else set())
+        forced_groups = {a.groups[i] for i in forced if i in a.groups}
+        forced |= {i for i, g in a.groups.items() if g in forced_groups}
+        loose = sorted(
+            iid for iid, d in a.decisions.items() if d.action != "dropped" and iid not in forced
+        )
+        if loose:
+            detail = f"{used} > {limit} with {len(loose)} unpinned items in, e.g. {loose[0]}"
+            self.flag(pos, "unforced_over_budget", event.agent_id, detail)
+
+    def recall_rendered(self, pos: int, event: RecallRendered) -> None:
+        self.agent(pos, event.agent_id)
+        entries = len(event.memory_ids)
+        if (
+            entries > RECALL_MAX_ENTRIES
+            or event.tokens > RECALL_MAX_TOKENS
+            or event.bytes > RECALL_MAX_BYTES
+        ):
+            detail = f"{entries} entries, {event.tokens} tokens, {event.bytes} bytes"
+            self.flag(pos, "recall_caps", event.agent_id, detail)
+
+
+def _first_recording(a: _Agent, item: Item, *, steering: bool) -> None:
+    """What an item's first recording says is forced, scoped or grouped."""
+    steering = steering or item.source == Source.STEERING_NOTE
+    if item.pinned or item.mandatory or steering:
+        a.pinned.add(item.id)
+    if item.mandatory or steering:
+        a.mandatory.add(item.id)
+    if steering and item.stage:
+        a.note_stages[item.id] = item.stage
+    if item.source == Source.EVENT_HISTORY:
+        a.event_history.add(item.id)
+    if item.group:
+        a.groups[item.id] = item.group
+
+
+_HANDLERS: dict[type[Event], Callable[[_Auditor, int, Any], None]] = {
+    AgentRegistered: _Auditor.registered,
+    ItemRecorded: _Auditor.recorded,
+    SteeringNoteAdded: _Auditor.recorded,
+    ItemPinned: _Auditor.pinned,
+    ItemUnpinned: _Auditor.unpinned,
+    ItemRemoved: _Auditor.removed,
+    ContextBuildingStarted: _Auditor.started,
+    FindingVerified: _Auditor.verified,
+    MemoryPromoted: _Auditor.promoted,
+    TurnFailed: _Auditor.turn_failed,
+    CacheUsageRecorded: _Auditor.turn_succeeded,
+    TurnSucceeded: _Auditor.turn_succeeded,
+    GenerationRefreshed: _Auditor.refreshed,
+    ContextPackBuilt: _Auditor.pack_built,
+    RecallRendered: _Auditor.recall_rendered,
+}
+
+
 def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
     """Check every invariant over the whole log:
 
@@ -114,211 +290,9 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
     - ``unknown_item``: a pin, unpin, removal or verification of an item never recorded for
       that agent.
     """
-    agents: dict[str, _Agent] = {}
-    out: list[Violation] = []
-
-    def agent(pos: int, agent_id: str) -> _Agent:
-        a = agents.get(agent_id)
-        if a is None:
-            a = agents[agent_id] = _Agent()
-            out.append(Violation(position=pos, rule="unknown_agent", agent_id=agent_id))
-            a.registered = True
-        return a
-
-    def unknown_item(pos: int, a: _Agent, aid: str, item_id: str) -> None:
-        if item_id not in a.recorded:
-            out.append(Violation(position=pos, rule="unknown_item", agent_id=aid, detail=item_id))
-
+    auditor = _Auditor()
     for pos, event in records:
-        match event:
-            case AgentRegistered(agent=identity):
-                a = agents.setdefault(identity.agent_id, _Agent())
-                a.registered = True
-            case ItemRecorded(agent_id=aid, item=item) | SteeringNoteAdded(agent_id=aid, item=item):
-                a = agent(pos, aid)
-                # The pool keeps an item's first recording (observing it again changes none
-                # of its flags), so only the first recording of an id says what is forced.
-                first = item.id not in a.recorded
-                a.recorded.add(item.id)
-                steering = type(event) is SteeringNoteAdded or item.source == Source.STEERING_NOTE
-                if first and (item.pinned or item.mandatory or steering):
-                    a.pinned.add(item.id)
-                if first and (item.mandatory or steering):
-                    a.mandatory.add(item.id)
-                if first and steering and item.stage:
-                    a.note_stages[item.id] = item.stage
-                if first and item.source == Source.EVENT_HISTORY:
-                    a.event_history.add(item.id)
-                if first and item.group:
-                    a.groups[item.id] = item.group
-                if item.source == Source.VERIFIED_FACT and not item.verified:
-                    out.append(
-                        Violation(
-                            position=pos,
-                            rule="unverified_as_verified",
-                            agent_id=aid,
-                            detail=item.id,
-                        )
-                    )
-                if item.verified and item.source in _NEVER_RECORDED_VERIFIED:
-                    out.append(
-                        Violation(
-                            position=pos,
-                            rule="unverified_as_verified",
-                            agent_id=aid,
-                            detail=item.id,
-                        )
-                    )
-            case ItemPinned(agent_id=aid, item_id=iid):
-                a = agent(pos, aid)
-                unknown_item(pos, a, aid, iid)
-                a.pinned.add(iid)
-            case ItemUnpinned(agent_id=aid, item_id=iid):
-                a = agent(pos, aid)
-                unknown_item(pos, a, aid, iid)
-                if iid not in a.mandatory:
-                    a.pinned.discard(iid)
-            case ItemRemoved(agent_id=aid, item_id=iid, reason=reason):
-                a = agent(pos, aid)
-                unknown_item(pos, a, aid, iid)
-                if iid in a.pinned and not reason.startswith(ERASED_REASON):
-                    out.append(
-                        Violation(position=pos, rule="pinned_removed", agent_id=aid, detail=iid)
-                    )
-            case ContextBuildingStarted(agent_id=aid, stage_id=stage):
-                if (known := agents.get(aid)) is not None:
-                    known.stage = stage
-            case FindingVerified(agent_id=aid, item_id=iid):
-                unknown_item(pos, agent(pos, aid), aid, iid)
-            case MemoryPromoted(verified=True):
-                out.append(
-                    Violation(position=pos, rule="unverified_as_verified", detail=event.memory_id)
-                )
-            case TurnFailed(agent_id=aid, error_class="context_limit"):
-                agent(pos, aid).context_limit_pending = True
-            case CacheUsageRecorded(agent_id=aid) | TurnSucceeded(agent_id=aid):
-                agent(pos, aid).context_limit_pending = False  # a successful turn
-            case GenerationRefreshed(agent_id=aid):
-                a = agent(pos, aid)
-                if event.from_generation != a.generation or event.to_generation != a.generation + 1:
-                    out.append(
-                        Violation(
-                            position=pos,
-                            rule="generation_gap",
-                            agent_id=aid,
-                            detail=(
-                                f"{event.from_generation} → {event.to_generation} "
-                                f"at generation {a.generation}"
-                            ),
-                        )
-                    )
-                if (
-                    event.kind == "refresh"
-                    and event.trigger == "context_limit"
-                    and not a.context_limit_pending
-                ):
-                    out.append(Violation(position=pos, rule="refresh_without_cause", agent_id=aid))
-                if event.kind == "refresh" and event.trigger == "budget":
-                    out.append(
-                        Violation(
-                            position=pos,
-                            rule="refresh_without_cause",
-                            agent_id=aid,
-                            detail="trigger budget",
-                        )
-                    )
-                a.generation = event.to_generation
-                a.decisions = {}
-            case ContextPackBuilt(agent_id=aid):
-                a = agent(pos, aid)
-                if event.generation != a.generation:
-                    out.append(
-                        Violation(
-                            position=pos,
-                            rule="generation_gap",
-                            agent_id=aid,
-                            detail=f"pack of generation {event.generation} in {a.generation}",
-                        )
-                    )
-                prompt_decisions = a.decisions
-                a.decisions = apply_decision_delta(
-                    {} if event.purpose else a.decisions, event.decisions, event.retired
-                )
-                if (
-                    event.budget_used > event.budget_limit
-                    and event.overflow != event.budget_used - event.budget_limit
-                ):
-                    out.append(
-                        Violation(
-                            position=pos,
-                            rule="over_budget",
-                            agent_id=aid,
-                            detail=(
-                                f"{event.budget_used} > {event.budget_limit}, "
-                                f"overflow {event.overflow}"
-                            ),
-                        )
-                    )
-                if event.budget_used > event.budget_limit:
-                    forced = a.pinned | (a.event_history if event.strategy == "layered" else set())
-                    forced_groups = {a.groups[i] for i in forced if i in a.groups}
-                    forced |= {i for i, g in a.groups.items() if g in forced_groups}
-                    loose = sorted(
-                        iid
-                        for iid, d in a.decisions.items()
-                        if d.action != "dropped" and iid not in forced
-                    )
-                    if loose:
-                        out.append(
-                            Violation(
-                                position=pos,
-                                rule="unforced_over_budget",
-                                agent_id=aid,
-                                detail=(
-                                    f"{event.budget_used} > {event.budget_limit} with "
-                                    f"{len(loose)} unpinned items in, e.g. {loose[0]}"
-                                ),
-                            )
-                        )
-                if event.selection_hash and not selection_matches(
-                    a.decisions, event.selection_hash
-                ):
-                    out.append(
-                        Violation(
-                            position=pos, rule="selection_hash", agent_id=aid, detail=event.pack_id
-                        )
-                    )
-                for iid in a.pinned:
-                    d = a.decisions.get(iid)
-                    if d is not None and d.action != "included" and not _other_stage(a, iid, d):
-                        out.append(
-                            Violation(
-                                position=pos,
-                                rule="pinned_dropped",
-                                agent_id=aid,
-                                detail=f"{iid}: {d.action} ({d.reason})",
-                            )
-                        )
-                if event.purpose:  # the generation's prompt decisions are unchanged by it
-                    a.decisions = prompt_decisions
-            case RecallRendered(agent_id=aid):
-                agent(pos, aid)
-                if (
-                    len(event.memory_ids) > RECALL_MAX_ENTRIES
-                    or event.tokens > RECALL_MAX_TOKENS
-                    or event.bytes > RECALL_MAX_BYTES
-                ):
-                    out.append(
-                        Violation(
-                            position=pos,
-                            rule="recall_caps",
-                            agent_id=aid,
-                            detail=(
-                                f"{len(event.memory_ids)} entries, {event.tokens} tokens, "
-                                f"{event.bytes} bytes"
-                            ),
-                        )
-                    )
-            case _:
-                pass
-    return out
+        handler = _HANDLERS.get(type(event))
+        if handler is not None:
+            handler(auditor, pos, event)
+    return auditor.out
