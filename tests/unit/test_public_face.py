@@ -1,0 +1,51 @@
+"""The public face: one module, ``ctxledger.adapters``, with an explicit ``__all__`` that the
+quickstart imports from in one line, loading nothing heavy until a name is used."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import ctxledger.adapters as public
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_public_name_resolves_to_its_home() -> None:
+    import importlib
+
+    assert set(public._HOME) == set(public.__all__) - {"__version__"}
+    for name, home in public._HOME.items():
+        assert getattr(public, name) is getattr(importlib.import_module(home), name), name
+    assert public.__version__
+
+
+def test_an_unknown_name_is_an_attribute_error() -> None:
+    try:
+        public.NoSuchThing  # noqa: B018
+    except AttributeError as exc:
+        assert "NoSuchThing" in str(exc)
+    else:
+        raise AssertionError("an unknown name resolved")
+
+
+def test_importing_the_face_loads_no_engine() -> None:
+    code = (
+        "import sys, ctxledger.adapters\n"
+        "heavy = [m for m in ('ctxledger.adapters.engine', 'eventsourcing', 'tiktoken')"
+        " if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == ""
+
+
+def test_the_quickstart_is_one_import_line() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quickstart = readme.split("## Quickstart", 1)[1].split("```python", 1)[1].split("```", 1)[0]
+    imports = [line for line in quickstart.splitlines() if re.match(r"(from|import) ", line)]
+    assert imports == ["from ctxledger.adapters import AgentIdentity, Layer, Source, open_engine"]
