@@ -372,23 +372,7 @@ def audit(
     held, explained = _quarantine_violations(chains, quarantined)
     tampered = _tamper_violations(chains, explained)
     loss = [Violation(position=lost.end + 1, rule="loss", detail=lost.line)] if lost else []
-    snapshots = [
-        Violation(
-            position=0,
-            rule="snapshot_forged",
-            detail=f"the saved read model {name!r} does not match its MAC (refused: rebuilt "
-            "from the log)",
-        )
-        for name in forged
-    ] + [
-        Violation(
-            position=0,
-            rule="snapshot_differs",
-            detail=f"the saved read model {name!r} differs from a replay of the log up to its "
-            "position (edited behind the ledger's back; `ctxledger replay` rebuilds it)",
-        )
-        for name in differing
-    ]
+    snapshots = _snapshot_violations(forged, differing)
     compared = compare_heads(published, chains, key, links=links)
     violations = sorted(
         [*audit_records(records), *tampered, *held, *loss, *snapshots, *compared],
@@ -406,35 +390,66 @@ def audit(
     if heads:
         chain_summary["heads"] = signed_heads(chains, key)
     if as_json:
-        if report is not None:
-            _json(
-                {
-                    "events": len(records),
-                    "violations": violations,
-                    "clean": not violations and not report.mismatches,
-                    "builds": report.builds,
-                    "rederived": report.rederived,
-                    "mismatches": report.mismatches,
-                    "not_rederivable": report.not_rederivable,
-                    "mismatch_details": report.mismatch_details,
-                    "not_rederivable_reasons": report.not_rederivable_reasons,
-                    **chain_summary,
-                }
-            )
-        else:
-            _json(
-                {
-                    "events": len(records),
-                    "violations": violations,
-                    "clean": not violations,
-                    **chain_summary,
-                }
-            )
+        _json(_audit_json(len(records), violations, report, chain_summary))
     else:
         _print_audit(len(records), violations, report)
         _print_chains(
             chains, show_heads=heads, explained=len(explained), keyed=ledger.keyring.chain_keyed
         )
+    _fail_on(violations, report)
+
+
+def _snapshot_violations(forged: list[str], differing: list[str]) -> list[Violation]:
+    """Saved read models refused by their MAC, or differing from a replay of the log."""
+    return [
+        Violation(
+            position=0,
+            rule="snapshot_forged",
+            detail=f"the saved read model {name!r} does not match its MAC (refused: rebuilt "
+            "from the log)",
+        )
+        for name in forged
+    ] + [
+        Violation(
+            position=0,
+            rule="snapshot_differs",
+            detail=f"the saved read model {name!r} differs from a replay of the log up to its "
+            "position (edited behind the ledger's back; `ctxledger replay` rebuilds it)",
+        )
+        for name in differing
+    ]
+
+
+def _audit_json(
+    events: int,
+    violations: list[Violation],
+    report: RederiveReport | None,
+    chain_summary: dict[str, Any],
+) -> dict[str, Any]:
+    """``audit --json``: the violations, the chains and (``--rederive``) the re-derivation."""
+    if report is None:
+        return {
+            "events": events,
+            "violations": violations,
+            "clean": not violations,
+            **chain_summary,
+        }
+    return {
+        "events": events,
+        "violations": violations,
+        "clean": not violations and not report.mismatches,
+        "builds": report.builds,
+        "rederived": report.rederived,
+        "mismatches": report.mismatches,
+        "not_rederivable": report.not_rederivable,
+        "mismatch_details": report.mismatch_details,
+        "not_rederivable_reasons": report.not_rederivable_reasons,
+        **chain_summary,
+    }
+
+
+def _fail_on(violations: list[Violation], report: RederiveReport | None) -> None:
+    """Exit 1 (one line naming the first) on any violation or re-derivation mismatch."""
     if violations:
         first = violations[0]
         raise AuditFailedError(

@@ -52,40 +52,46 @@ def _check_store(store: str, catalog: Path | None) -> None:
         check_catalog_file(catalog, must_be_catalog=False)
 
 
+ServeStoreOpt = Annotated[
+    str,
+    typer.Option(
+        "--store",
+        envvar="CTXLEDGER_STORE",
+        help="Ledger URL: memory://, sqlite:///path, postgresql://…",
+    ),
+]
+CatalogOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--catalog",
+        envvar="CTXLEDGER_CATALOG",
+        help="Project-memory catalog: listed on /memory; promote and verify write to it.",
+    ),
+]
+HostOpt = Annotated[str, typer.Option("--host", help="Address to bind (default loopback only).")]
+PortOpt = Annotated[int, typer.Option("--port", help="TCP port; 0 picks a free one.")]
+ReadOnlyOpt = Annotated[
+    bool, typer.Option("--read-only", help="Hide the manual controls and refuse every POST.")
+]
+TokenOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--token",
+        envvar=TOKEN_ENV,
+        help="Access token every request must prove (?token=, Authorization: Bearer, then "
+        "a cookie). Needed off loopback: without it one is generated and printed once.",
+    ),
+]
+
+
 def serve(
     *,
-    store: Annotated[
-        str,
-        typer.Option(
-            "--store",
-            envvar="CTXLEDGER_STORE",
-            help="Ledger URL: memory://, sqlite:///path, postgresql://…",
-        ),
-    ],
-    catalog: Annotated[
-        Path | None,
-        typer.Option(
-            "--catalog",
-            envvar="CTXLEDGER_CATALOG",
-            help="Project-memory catalog: listed on /memory; promote and verify write to it.",
-        ),
-    ] = None,
-    host: Annotated[
-        str, typer.Option("--host", help="Address to bind (default loopback only).")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port; 0 picks a free one.")] = 8765,
-    read_only: Annotated[
-        bool, typer.Option("--read-only", help="Hide the manual controls and refuse every POST.")
-    ] = False,
-    token: Annotated[
-        str | None,
-        typer.Option(
-            "--token",
-            envvar=TOKEN_ENV,
-            help="Access token every request must prove (?token=, Authorization: Bearer, then "
-            "a cookie). Needed off loopback: without it one is generated and printed once.",
-        ),
-    ] = None,
+    store: ServeStoreOpt,
+    catalog: CatalogOpt = None,
+    host: HostOpt = "127.0.0.1",
+    port: PortOpt = 8765,
+    read_only: ReadOnlyOpt = False,
+    token: TokenOpt = None,
 ) -> None:
     """The web inspector: agents, generations, diffs, cache and memory in a browser."""
     from ctxledger.adapters.extras import require_extra

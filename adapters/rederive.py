@@ -62,6 +62,63 @@ class _Pending(msgspec.Struct, frozen=True, kw_only=True):
     """Some candidate's text was erased since (crypto-shredding): it cannot be re-planned."""
 
 
+def _pending_of(
+    event: ev.ContextBuildingStarted,
+    gens: Generations,
+    pool: Pool,
+    erased: Collection[tuple[str, str]],
+) -> _Pending | None:
+    """What a Started build will be re-planned on: the state folded up to it."""
+    ag = gens.by_agent.get(event.agent_id)
+    if ag is None:
+        return None
+    agent_pool = pool.by_agent.get(event.agent_id, AgentPool())
+    purpose = event.request.purpose if event.request is not None else ""
+    view = build_view(ag.current, agent_pool, purpose)
+    gone = bool(erased) and any((event.agent_id, i) in erased for i in agent_pool.items)
+    return _Pending(started=event, view=view, erased=gone)
+
+
+def _why_not_rederivable(
+    found: _Pending | None,
+    counters: dict[str, TokenCounter | None],
+    counter_for: Callable[[str], TokenCounter | None],
+) -> str:
+    """Why a build cannot be re-planned (empty: it can; its counter is then in *counters*)."""
+    if found is None or found.started.request is None:
+        return "no recorded request"
+    started = found.started
+    if found.erased:
+        return "content erased"
+    if started.planner_version != PLANNER_VERSION:
+        return f"planner version {started.planner_version} (this is {PLANNER_VERSION})"
+    if started.counter not in counters:
+        counters[started.counter] = counter_for(started.counter)
+    if counters[started.counter] is None:
+        return f"tokenizer {started.counter[:60]!r} not available"
+    return ""
+
+
+def _mismatch(
+    position: int,
+    event: ev.ContextPackBuilt,
+    gens: Generations,
+    decisions: dict[str, Decision],
+) -> Mismatch:
+    recorded = (
+        {d.item_id: d for d in event.decisions}
+        if event.purpose
+        else gens.by_agent[event.agent_id].current.decisions
+    )
+    return Mismatch(
+        position=position,
+        agent_id=event.agent_id,
+        generation=event.generation,
+        pack_id=event.pack_id,
+        first_difference=first_difference(recorded, decisions),
+    )
+
+
 def rederive(
     records: Iterable[Recorded],
     *,
@@ -87,13 +144,9 @@ def rederive(
         if on_event is not None:
             on_event(rec.position)
         if isinstance(event, ev.ContextBuildingStarted):
-            ag = gens.by_agent.get(event.agent_id)
-            if ag is not None:
-                agent_pool = pool.by_agent.get(event.agent_id, AgentPool())
-                purpose = event.request.purpose if event.request is not None else ""
-                view = build_view(ag.current, agent_pool, purpose)
-                gone = bool(erased) and any((event.agent_id, i) in erased for i in agent_pool.items)
-                pending[event.pack_id] = _Pending(started=event, view=view, erased=gone)
+            held = _pending_of(event, gens, pool, erased)
+            if held is not None:
+                pending[event.pack_id] = held
             continue
         if isinstance(event, ev.ContextBuildingFailed | ev.ContextBuildingInterrupted):
             pending.pop(event.pack_id, None)
@@ -102,23 +155,18 @@ def rederive(
             continue
         builds += 1
         found = pending.pop(event.pack_id, None)
-        request = found.started.request if found is not None else None
-        if found is None or request is None:
-            reasons["no recorded request"] += 1
+        why_not = _why_not_rederivable(found, counters, counter_for)
+        if why_not:
+            reasons[why_not] += 1
             continue
-        started = found.started
-        if found.erased:
-            reasons["content erased"] += 1
-            continue
-        if started.planner_version != PLANNER_VERSION:
-            reasons[f"planner version {started.planner_version} (this is {PLANNER_VERSION})"] += 1
-            continue
-        if started.counter not in counters:
-            counters[started.counter] = counter_for(started.counter)
-        counter = counters[started.counter]
-        if counter is None:
-            reasons[f"tokenizer {started.counter[:60]!r} not available"] += 1
-            continue
+        assert found is not None  # (narrowing: _why_not_rederivable checked these)
+        started, request, counter = (
+            found.started,
+            found.started.request,
+            counters[found.started.counter],
+        )
+        assert request is not None
+        assert counter is not None
         decisions = rederive_decisions(
             found.view,
             request,
@@ -129,20 +177,7 @@ def rederive(
         )
         rederived += 1
         if not selection_matches(decisions, event.selection_hash):
-            recorded = (
-                {d.item_id: d for d in event.decisions}
-                if event.purpose
-                else gens.by_agent[event.agent_id].current.decisions
-            )
-            details.append(
-                Mismatch(
-                    position=rec.position,
-                    agent_id=event.agent_id,
-                    generation=event.generation,
-                    pack_id=event.pack_id,
-                    first_difference=first_difference(recorded, decisions),
-                )
-            )
+            details.append(_mismatch(rec.position, event, gens, decisions))
     return RederiveReport(
         builds=builds,
         rederived=rederived,
