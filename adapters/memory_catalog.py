@@ -13,7 +13,6 @@ from __future__ import annotations
 import builtins
 import hashlib
 import hmac
-import json
 import os
 import secrets
 import sqlite3
@@ -25,7 +24,6 @@ from types import TracebackType
 from typing import Any, Final, Literal
 
 import msgspec
-from pydantic import ValidationError
 
 from ctxledger.adapters.catalog_store import (
     META_TABLE,
@@ -35,12 +33,16 @@ from ctxledger.adapters.catalog_store import (
 )
 from ctxledger.adapters.memory_guard import GUARD_SQL, GUARD_TRIGGERS, guard_sql
 from ctxledger.adapters.memory_intake import MemoryIntake, MemoryIntakePort
+from ctxledger.adapters.memory_legacy import (
+    LEGACY_COLUMNS,
+    legacy_entry,
+    legacy_rows,
+    read_legacy_rows,
+)
 from ctxledger.adapters.memory_schema import (
     SCHEMA_VERSION,
-    LegacyRecordV1,
     decode_payload,
     encode_payload,
-    entry_from_legacy,
 )
 from ctxledger.adapters.store_files import check_catalog_file, read_only_uri
 from ctxledger.domain.errors import (
@@ -83,7 +85,6 @@ _TABLE_SQL: Final = (
 """The table: id and JSON payload; partition, state and revision are computed from the payload
 (NULL for a non-JSON payload, so the guard, not a JSON error, refuses such a write)."""
 _INDEX_SQL: Final = "CREATE INDEX IF NOT EXISTS memory_partition_state ON memory (partition, state)"
-_LEGACY_COLUMNS: Final = frozenset({"id", "workspace_path", "payload"})
 
 # Which states each transition may start from.
 _FROM_STATES: Final[dict[str, frozenset[str]]] = {
@@ -409,7 +410,7 @@ class MemoryCatalog:
         registered intake the import fails (IntakeMissingError). The guard is lifted only inside
         the transaction and reinstalled before the commit."""
         intake = self._require_intake()
-        rows = _read_legacy_rows(Path(old_db_path))
+        rows = read_legacy_rows(Path(old_db_path))
         with self._transaction():
             return self._import_rows(intake, rows)
 
@@ -479,9 +480,9 @@ class MemoryCatalog:
             columns = self._memory_columns()
             legacy: builtins.list[tuple[object, object, object]] = []
             if columns and "partition" not in columns:
-                if not columns >= _LEGACY_COLUMNS:
+                if not columns >= LEGACY_COLUMNS:
                     raise LegacyImportError("the catalog's memory table has an unknown layout")
-                legacy = _legacy_rows(self._conn)
+                legacy = legacy_rows(self._conn)
                 self._conn.execute("DROP TABLE memory")
                 put_catalog_meta(self._conn, _ERASE_PENDING, True)  # the old rows' pages
             self._conn.execute(_TABLE_SQL)
@@ -513,7 +514,7 @@ class MemoryCatalog:
         imported = 0
         reasons: dict[str, int] = {}
         for position, (_legacy_id, workspace, payload) in enumerate(rows):
-            entry_or_reason = self._legacy_entry(intake, position, workspace, payload)
+            entry_or_reason = legacy_entry(intake, self.partition_for, position, workspace, payload)
             if isinstance(entry_or_reason, str):
                 reasons[entry_or_reason] = reasons.get(entry_or_reason, 0) + 1
                 continue
@@ -530,68 +531,6 @@ class MemoryCatalog:
         return ImportReport(
             imported=imported, dropped=dropped, reasons=dict(sorted(reasons.items()))
         )
-
-    def _legacy_entry(
-        self, intake: MemoryIntakePort, position: int, workspace: object, payload: object
-    ) -> MemoryEntry | str:
-        if isinstance(payload, bytes):
-            try:
-                payload = payload.decode("utf-8")
-            except UnicodeDecodeError:
-                payload = None
-        if not isinstance(payload, str):
-            raise LegacyImportError(
-                f"legacy row {position} payload is not JSON text; nothing was imported"
-            )
-        try:
-            data = json.loads(payload)
-        except ValueError:
-            raise LegacyImportError(
-                f"legacy row {position} payload is not JSON; nothing was imported"
-            ) from None
-        if not isinstance(data, dict):
-            return "invalid_shape"
-        if data.get("schemaVersion") != 1:
-            return "unsupported_schema"
-        try:
-            record = LegacyRecordV1.model_validate(data)
-        except ValidationError:
-            return "invalid_shape"
-        if not isinstance(workspace, str):
-            return "invalid_workspace"
-        try:
-            partition = self.partition_for(workspace)
-        except InvalidInputError:
-            return "invalid_workspace"
-        try:
-            return intake.admit(entry_from_legacy(record, partition))
-        except MemoryIntakeError as exc:
-            return exc.rule
-
-
-def _legacy_rows(conn: sqlite3.Connection) -> builtins.list[tuple[object, object, object]]:
-    rows = conn.execute("SELECT id, workspace_path, payload FROM memory ORDER BY rowid").fetchall()
-    return [(r[0], r[1], r[2]) for r in rows]
-
-
-def _read_legacy_rows(path: Path) -> builtins.list[tuple[object, object, object]]:
-    if not path.is_file():
-        raise LegacyImportError("the legacy catalog file does not exist")
-    try:
-        old = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True)
-    except sqlite3.Error as exc:
-        raise LegacyImportError(f"cannot open the legacy catalog: {exc}") from None
-    try:
-        columns = {str(r[1]) for r in old.execute("PRAGMA table_info(memory)").fetchall()}
-        if not columns >= _LEGACY_COLUMNS:
-            raise LegacyImportError(
-                "not a legacy catalog: no memory(id, workspace_path, payload) table"
-            )
-        return _legacy_rows(old)
-    except sqlite3.DatabaseError as exc:
-        raise LegacyImportError(f"cannot read the legacy catalog: {exc}") from None
-    finally:
-        old.close()
 
 
 def _stored_key(conn: sqlite3.Connection) -> bytes:
