@@ -73,20 +73,8 @@ class _IndicatorsDraft:
     """One agent's indicators during a batch; the signature and phase counts are copied on
     their first change (not per recording)."""
 
-    __slots__ = (
-        "builds_since_progress",
-        "failed_signatures",
-        "obsolete_known",
-        "obsolete_phase_items",
-        "phase",
-        "phases",
-        "recorded_tokens",
-        "repeated_failed_edits",
-        "repeated_tool_signatures",
-        "signatures",
-        "transcript_tokens",
-        "utilization",
-    )
+    __slots__ = (*AgentIndicators.__struct_fields__, "obsolete_known")
+    """The fields of ``AgentIndicators``, and whether ``obsolete_phase_items`` is known."""
 
     def __init__(self, a: AgentIndicators) -> None:
         self.utilization = a.utilization

@@ -52,20 +52,8 @@ class _MetricsDraft:
     """One agent's metrics during a batch; the counts by reason and by tool signature are
     copied on their first change (not per event)."""
 
-    __slots__ = (
-        "builds",
-        "generations",
-        "rebuilds",
-        "refresh_reasons",
-        "refreshes",
-        "repeated_actions",
-        "retries",
-        "signatures",
-        "strategy",
-        "tokens_max",
-        "tokens_total",
-        "turn_failures",
-    )
+    __slots__ = AgentStrategyMetrics.__struct_fields__
+    """The fields of ``AgentStrategyMetrics``."""
 
     def __init__(self, m: AgentStrategyMetrics) -> None:
         self.strategy = m.strategy
