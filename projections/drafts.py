@@ -85,10 +85,15 @@ class BatchFold(Protocol[S_co]):
 def batch_of_one(batch: Callable[[S], BatchFold[S]], initial: S) -> Callable[[S, Event], S]:
     """The per-event fold of a batch fold: *batch* over a batch of one event. An event of a
     type it does not act on returns the state itself (no fold is opened); the acting handler
-    is looked up by name, so no handler table is built per event. The state passed in is
-    held by the caller, so the fold never counts it as its own (``holders``): it is copied
-    where it changes, never changed."""
-    names = {kind: handle.__name__ for kind, handle in batch(initial).handlers().items()}
+    is looked up by name, so no handler table is built per event. ``evolve`` holds the state
+    it is given while the fold runs, so the fold never counts it as its own (``holders``):
+    it is copied where it changes, never changed in place."""
+    probe = batch(initial)
+    names: dict[type[Event], str] = {}
+    for kind, handle in probe.handlers().items():
+        name = names[kind] = handle.__name__
+        if getattr(probe, name, None) != handle:
+            raise TypeError(f"the handler of {kind.__name__} is not a method of its fold")
 
     def evolve(state: S, event: Event) -> S:
         name = names.get(type(event))
