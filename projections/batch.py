@@ -1,12 +1,14 @@
-"""Folding a batch of events into the read models, equal to folding every projection's pure
-``evolve`` over the events one by one (the pure folds stay the specification).
+"""Folding a batch of events into the read models, equal to folding them one by one with
+every projection's ``evolve`` (its fold over a batch of one), and to the pure folds kept in
+``tests/oracles`` as the specification.
 
-Two costs of the pure fold are gone here: every projection sees every event (most return the
-state unchanged), and a projection that acts copies its agent map and the agent's dicts per
-event. A batch sends each event type only to the projections that act on it, and each
+Two costs of a per-event fold are gone here: every projection sees every event (most return
+the state unchanged), and a projection that acts copies its agent map and the agent's dicts
+per event. A batch sends each event type only to the projections that act on it, and each
 projection folds into mutable drafts thawed once per batch and frozen once at its end
-(``projections.drafts``). For a handful of events thawing costs more than it saves, so small
-batches take the pure ``evolve`` (still dispatched by type).
+(``projections.drafts``). For a handful of events opening every projection's fold costs more
+than it saves, so small batches go event by event to ``evolve`` (dispatched by type: only
+the projections acting on an event open a fold).
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ __all__ = ["SMALL_BATCH", "LiveFolds", "evolve_each", "fold_batch", "fold_stream
 S = TypeVar("S", bound=msgspec.Struct)
 
 SMALL_BATCH = 4
-"""Below this many events, ``fold_batch`` folds with the pure ``evolve`` (measured: a
-1-event catch-up is slower through drafts, the break-even is at a few events)."""
+"""Below this many events, ``fold_batch`` folds event by event with ``evolve`` (measured: a
+1-event catch-up opening every projection's drafts is slower, the break-even is at a few
+events)."""
 
 
 @overload
@@ -58,8 +61,8 @@ def fold_batch(
 def evolve_each(
     states: dict[str, Any], events: Sequence[Event], projections: Sequence[Projection[Any]]
 ) -> dict[str, Any]:
-    """The pure fold, in place in *states* (a dict of frozen models), each event sent only to
-    the projections acting on its type."""
+    """The per-event fold, in place in *states* (a dict of frozen models), each event sent
+    only to the projections acting on its type."""
     for event in events:
         kind = type(event)
         for p in projections:
@@ -121,7 +124,7 @@ def _dispatch(
 
 
 class _EvolveFold(Generic[S]):
-    """A projection with no batch fold of its own: its pure ``evolve``, event by event."""
+    """A projection with no batch fold of its own: its ``evolve``, event by event."""
 
     def __init__(self, projection: Projection[S], state: S) -> None:
         self.projection = projection
@@ -138,7 +141,7 @@ class _EvolveFold(Generic[S]):
 
 
 class LiveFolds:
-    """Read models kept open between catch-ups: equal, at every read, to the pure folds.
+    """Read models kept open between catch-ups: equal, at every read, to the per-event folds.
 
     A projection that receives events gets a batch fold (its drafts) that stays open across
     catch-ups until someone reads that projection: only then is it frozen, and the next event

@@ -2,38 +2,11 @@
 
 from __future__ import annotations
 
-from typing import assert_never
-
 import msgspec
 
-from ctxledger.domain.events import (
-    AgentConfigured,
-    AgentRegistered,
-    CacheUsageRecorded,
-    ContentErased,
-    ContextBuildingFailed,
-    ContextBuildingInterrupted,
-    ContextBuildingStarted,
-    ContextPackBuilt,
-    Event,
-    FindingVerified,
-    GenerationRefreshed,
-    ItemPinned,
-    ItemRecorded,
-    ItemRemoved,
-    ItemUnpinned,
-    MemoryDeleted,
-    MemoryMarkedStale,
-    MemoryPromoted,
-    MemoryRetired,
-    MemoryVerified,
-    RecallRendered,
-    SteeringNoteAdded,
-    TurnFailed,
-    TurnSucceeded,
-)
+from ctxledger.domain.events import CacheUsageRecorded, ContextPackBuilt, Event
 from ctxledger.domain.usage import hit_rate
-from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed
+from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed, batch_of_one
 
 __all__ = [
     "CacheStats",
@@ -111,100 +84,7 @@ def is_unexpected_miss(expected_cached_tokens: int, cache_read_tokens: int) -> b
     return expected_cached_tokens > 0 and 2 * cache_read_tokens < expected_cached_tokens
 
 
-def _add_usage(t: CacheTotals, e: CacheUsageRecorded) -> CacheTotals:
-    miss = is_unexpected_miss(e.expected_cached_tokens, e.cache_read_tokens)
-    miss_segments = t.miss_segments
-    if miss:
-        key = t.last_changed_segment or "none"
-        miss_segments = {**miss_segments, key: miss_segments.get(key, 0) + 1}
-    return msgspec.structs.replace(
-        t,
-        miss_segments=miss_segments,
-        calls=t.calls + 1,
-        input_tokens=t.input_tokens + e.input_tokens,
-        cache_read_tokens=t.cache_read_tokens + e.cache_read_tokens,
-        cache_write_tokens=t.cache_write_tokens + e.cache_write_tokens,
-        output_tokens=t.output_tokens + e.output_tokens,
-        expected_cached_tokens=t.expected_cached_tokens + e.expected_cached_tokens,
-        shortfall_tokens=t.shortfall_tokens
-        + max(0, e.expected_cached_tokens - e.cache_read_tokens),
-        unexpected_misses=t.unexpected_misses + int(miss),
-    )
-
-
-def _add_build(t: CacheTotals, e: ContextPackBuilt) -> CacheTotals:
-    return msgspec.structs.replace(
-        t,
-        builds=t.builds + 1,
-        prompt_bytes=t.prompt_bytes + e.prompt_bytes,
-        expected_cached_bytes=t.expected_cached_bytes + e.expected_cached_bytes,
-        changed_segments=(
-            {
-                **t.changed_segments,
-                e.changed_segment: t.changed_segments.get(e.changed_segment, 0) + 1,
-            }
-            if e.changed_segment
-            else t.changed_segments
-        ),
-        last_changed_segment=e.changed_segment,
-    )
-
-
-def _update(
-    state: CacheStats, agent_id: str, generation: int, event: CacheUsageRecorded | ContextPackBuilt
-) -> CacheStats:
-    def add(t: CacheTotals) -> CacheTotals:
-        if isinstance(event, CacheUsageRecorded):
-            return _add_usage(t, event)
-        return _add_build(t, event)
-
-    per_gen = state.by_generation.get(agent_id, {})
-    return CacheStats(
-        overall=add(state.overall),
-        by_agent={**state.by_agent, agent_id: add(state.agent(agent_id))},
-        by_generation={
-            **state.by_generation,
-            agent_id: {**per_gen, generation: add(state.generation(agent_id, generation))},
-        },
-    )
-
-
-def evolve_cache_stats(state: CacheStats, event: Event) -> CacheStats:
-    """Fold one event: usage reports add tokens, built packs add prompt/expected-cached bytes."""
-    match event:
-        case CacheUsageRecorded():
-            return _update(state, event.agent_id, event.generation, event)
-        case ContextPackBuilt():
-            return _update(state, event.agent_id, event.generation, event)
-        case (
-            AgentRegistered()
-            | ItemRecorded()
-            | SteeringNoteAdded()
-            | ItemPinned()
-            | ItemUnpinned()
-            | ItemRemoved()
-            | FindingVerified()
-            | ContextBuildingStarted()
-            | ContextBuildingFailed()
-            | ContextBuildingInterrupted()
-            | GenerationRefreshed()
-            | TurnFailed()
-            | TurnSucceeded()
-            | AgentConfigured()
-            | MemoryPromoted()
-            | MemoryVerified()
-            | MemoryMarkedStale()
-            | MemoryRetired()
-            | MemoryDeleted()
-            | ContentErased()
-            | RecallRendered()
-        ):
-            return state
-        case _:
-            assert_never(event)
-
-
-# --- batch fold ------------------------------------------------------------------------------
+# --- the fold --------------------------------------------------------------------------------
 
 
 _SUMS = (
@@ -224,8 +104,8 @@ _SUMS = (
 
 
 class _TotalsDraft:
-    """CacheTotals during a batch: summed in place (``_add_usage``/``_add_build`` build a new
-    struct per event, three times per event: overall, agent, generation).
+    """CacheTotals during a batch: summed in place (not a new struct per event, three times
+    per event: overall, agent, generation).
 
     Only a generation's draft adds up the integer sums per event; since every event adds the
     same amounts to its generation, its agent and the overall totals, an agent's sums grow by
@@ -288,7 +168,7 @@ class _TotalsDraft:
 
 
 class CacheStatsBatch:
-    """``evolve_cache_stats`` over a batch of events (see ``projections.drafts``): totals
+    """The cache stats' fold over a batch of events (see ``projections.drafts``): totals
     summed in place, and the per-agent and per-generation maps copied once per batch instead
     of once per event."""
 
@@ -349,8 +229,9 @@ class CacheStatsBatch:
         return (self.overall, agent, draft)
 
     def usage(self, e: CacheUsageRecorded) -> None:
-        """``_add_usage`` in place: the sums in the generation's draft (see ``_TotalsDraft``),
-        an unexpected miss in every scope, by the segment that scope saw change last."""
+        """A provider's usage report, in place: its tokens added to the sums in the
+        generation's draft (see ``_TotalsDraft``), an unexpected miss counted in every scope,
+        by the segment that scope saw change last."""
         scopes = self._scopes(e.agent_id, e.generation)
         g = scopes[2]
         read, expected = e.cache_read_tokens, e.expected_cached_tokens
@@ -369,8 +250,8 @@ class CacheStatsBatch:
         g.shortfall_tokens += expected - read if expected > read else 0
 
     def built(self, e: ContextPackBuilt) -> None:
-        """``_add_build`` in place: the sums in the generation's draft (see ``_TotalsDraft``),
-        the changed segment in every scope."""
+        """A built pack, in place: its bytes added to the sums in the generation's draft (see
+        ``_TotalsDraft``), the changed segment counted in every scope."""
         scopes = self._scopes(e.agent_id, e.generation)
         g = scopes[2]
         g.builds += 1
@@ -382,3 +263,12 @@ class CacheStatsBatch:
                 changed = t.changed_segments.edit()
                 changed[segment] = changed.get(segment, 0) + 1
             t.last_changed_segment = segment
+
+
+_EVOLVE = batch_of_one(CacheStatsBatch, CacheStats())
+
+
+def evolve_cache_stats(state: CacheStats, event: Event) -> CacheStats:
+    """Fold one event (``CacheStatsBatch`` over a batch of one): usage reports add tokens,
+    built packs add prompt/expected-cached bytes."""
+    return _EVOLVE(state, event)

@@ -54,12 +54,15 @@ class StoredForm(Generic[S]):
 
 @dataclass(frozen=True)
 class Projection(Generic[S]):
-    """A named pure fold with its initial state.
+    """A named fold with its initial state.
 
-    ``evolve`` is the specification. ``batch`` (optional) folds a batch of events to the same
-    result without per-event copies (``projections.batch.fold_batch``); the event types its
-    handlers name are ``acts_on``, the only events ``evolve`` does not return the state for
-    unchanged. Without ``batch``, every event goes to ``evolve``."""
+    ``batch`` (optional) is the projection's fold: a batch of events folded into drafts
+    without per-event copies (``projections.batch.fold_batch``); ``evolve`` folds one event,
+    and for a projection with ``batch`` it is that fold over a batch of one
+    (``projections.drafts.batch_of_one``). The event types the batch's handlers name are
+    ``acts_on``, the only events ``evolve`` does not return the state for unchanged. Without
+    ``batch``, every event goes to ``evolve``. (The pure folds that were the specification
+    are the oracle of the property tests, in ``tests/oracles``.)"""
 
     name: str
     state_type: type[S]

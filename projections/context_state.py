@@ -2,37 +2,16 @@
 
 from __future__ import annotations
 
-from typing import assert_never
-
 import msgspec
 
 from ctxledger.domain.events import (
-    AgentConfigured,
-    AgentRegistered,
-    CacheUsageRecorded,
-    ContentErased,
     ContextBuildingFailed,
     ContextBuildingInterrupted,
     ContextBuildingStarted,
     ContextPackBuilt,
     Event,
-    FindingVerified,
-    GenerationRefreshed,
-    ItemPinned,
-    ItemRecorded,
-    ItemRemoved,
-    ItemUnpinned,
-    MemoryDeleted,
-    MemoryMarkedStale,
-    MemoryPromoted,
-    MemoryRetired,
-    MemoryVerified,
-    RecallRendered,
-    SteeringNoteAdded,
-    TurnFailed,
-    TurnSucceeded,
 )
-from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed
+from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, Thawed, batch_of_one
 
 __all__ = [
     "ContextState",
@@ -49,49 +28,6 @@ class ContextState(msgspec.Struct, frozen=True, kw_only=True):
     built_pack_ids: tuple[str, ...] = ()
     building_in_progress: bool = False
     interrupted: bool = False
-
-
-def evolve_context_state(state: ContextState, event: Event) -> ContextState:
-    """The seed's reducer, total over the event union.
-
-    Started → building_in_progress; Built → append the pack id, reset both flags;
-    Failed → reset both flags; Interrupted → interrupted, building_in_progress false.
-    Every other event leaves the state as it is. The reducer does not reject "illegal"
-    orders (docs/events.md): a Built with no Started still records its pack id.
-    """
-    match event:
-        case ContextBuildingStarted():
-            return msgspec.structs.replace(state, building_in_progress=True)
-        case ContextPackBuilt(pack_id=pack_id):
-            return ContextState(built_pack_ids=(*state.built_pack_ids, pack_id))
-        case ContextBuildingFailed():
-            return msgspec.structs.replace(state, building_in_progress=False, interrupted=False)
-        case ContextBuildingInterrupted():
-            return msgspec.structs.replace(state, building_in_progress=False, interrupted=True)
-        case (
-            AgentRegistered()
-            | ItemRecorded()
-            | SteeringNoteAdded()
-            | ItemPinned()
-            | ItemUnpinned()
-            | ItemRemoved()
-            | FindingVerified()
-            | GenerationRefreshed()
-            | TurnFailed()
-            | TurnSucceeded()
-            | AgentConfigured()
-            | CacheUsageRecorded()
-            | MemoryPromoted()
-            | MemoryVerified()
-            | MemoryMarkedStale()
-            | MemoryRetired()
-            | MemoryDeleted()
-            | ContentErased()
-            | RecallRendered()
-        ):
-            return state
-        case _:
-            assert_never(event)
 
 
 class ContextStates(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,29 +50,12 @@ _LIFECYCLE = (
 )
 
 
-def evolve_context_states(states: ContextStates, event: Event) -> ContextStates:
-    """Route lifecycle events to their agent's ContextState."""
-    if not isinstance(event, _LIFECYCLE):
-        return states
-    agent_id = event.agent_id
-    current = states.by_agent.get(agent_id, ContextState())
-    updated = evolve_context_state(current, event)
-    building = states.building
-    if isinstance(event, ContextBuildingStarted):
-        building = {**building, agent_id: event.pack_id}
-    elif agent_id in building:
-        building = {k: v for k, v in building.items() if k != agent_id}
-    if updated is current and building is states.building:
-        return states
-    return ContextStates(by_agent={**states.by_agent, agent_id: updated}, building=building)
-
-
-# --- batch fold ------------------------------------------------------------------------------
+# --- the fold --------------------------------------------------------------------------------
 
 
 class _StateDraft:
-    """One agent's ContextState during a batch: built pack ids appended to a list (the pure
-    fold copies the whole tuple per build)."""
+    """One agent's ContextState during a batch: built pack ids appended to a list (not the
+    whole tuple copied per build)."""
 
     __slots__ = ("building_in_progress", "built", "interrupted")
 
@@ -154,7 +73,11 @@ class _StateDraft:
 
 
 class ContextStatesBatch:
-    """``evolve_context_states`` over a batch of events (see ``projections.drafts``)."""
+    """Every agent's ContextState over a batch of events (see ``projections.drafts``), by the
+    seed's reducer rules: Started → building_in_progress; Built → append the pack id, reset
+    both flags; Failed → reset both flags; Interrupted → interrupted, building_in_progress
+    false. Every other event leaves the state as it is. The reducer does not reject "illegal"
+    orders (docs/events.md): a Built with no Started still records its pack id."""
 
     def __init__(self, state: ContextStates) -> None:
         self.agents = AgentDrafts(state.by_agent, _StateDraft, ContextState)
@@ -201,3 +124,30 @@ class ContextStatesBatch:
 
     def interrupted(self, event: ContextBuildingInterrupted) -> None:
         self._finished(event.agent_id).interrupted = True
+
+
+_EVOLVE = batch_of_one(ContextStatesBatch, ContextStates())
+
+_LIFECYCLE = (
+    ContextBuildingStarted,
+    ContextPackBuilt,
+    ContextBuildingFailed,
+    ContextBuildingInterrupted,
+)
+
+
+def evolve_context_states(states: ContextStates, event: Event) -> ContextStates:
+    """Fold one event: ``ContextStatesBatch`` over a batch of one (lifecycle events update
+    their agent's ContextState)."""
+    return _EVOLVE(states, event)
+
+
+def evolve_context_state(state: ContextState, event: Event) -> ContextState:
+    """One agent's ContextState after *event*: the seed's reducer, total over the event union
+    (the rules of ``ContextStatesBatch``; a non-lifecycle event returns *state* itself)."""
+    if not isinstance(event, _LIFECYCLE):
+        return state
+    agent_id = event.agent_id
+    return evolve_context_states(ContextStates(by_agent={agent_id: state}), event).by_agent[
+        agent_id
+    ]

@@ -1,9 +1,10 @@
 """Mutable drafts of frozen read models, so a batch of events folds without per-event copies.
 
-The pure ``evolve`` functions copy the agent map (``{**by_agent, agent_id: …}``) and the
-touched agent's dicts on every event: O(agents + items) per event, quadratic over a replay.
-A batch fold thaws what it touches once, mutates the drafts, and freezes them once at the end
-of the batch. Nothing that existed before the batch is ever mutated (a frozen read model may
+A fold that returned a new frozen model per event would copy the agent map
+(``{**by_agent, agent_id: …}``) and the touched agent's dicts on every event: O(agents +
+items) per event, quadratic over a replay. A batch fold (each projection's one fold) thaws
+what it touches once, mutates the drafts, and freezes them once at the end of the batch; its
+per-event ``evolve_x`` is the same fold over a batch of one (``batch_of_one``). Nothing that existed before the batch is ever mutated (a frozen read model may
 have been handed out as a snapshot): every dict or tuple is copied on its first change —
 unless nothing outside the fold can reach it any more (``holders``: the fold that owns a
 model, ``LiveFolds``, may change in place what no snapshot still holds, as CPython's own
@@ -18,12 +19,22 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from ctxledger.domain.events import Event
 
-__all__ = ["Additions", "AgentDrafts", "BatchFold", "Handlers", "Thawed", "agent_owned", "holders"]
+__all__ = [
+    "Additions",
+    "AgentDrafts",
+    "BatchFold",
+    "Handlers",
+    "Thawed",
+    "agent_owned",
+    "batch_of_one",
+    "holders",
+]
 
 K = TypeVar("K")
 V = TypeVar("V")
 T = TypeVar("T")
 D = TypeVar("D")
+S = TypeVar("S")
 S_co = TypeVar("S_co", covariant=True)
 
 Handlers = Mapping[type[Event], Callable[[Any], None]]
@@ -63,11 +74,36 @@ class BatchFold(Protocol[S_co]):
     """One projection folding one batch: built from the state before the batch, fed only the
     events of the types in ``handlers()`` (in log order), frozen once after the last one.
 
-    Folding a batch must equal the projection's pure ``evolve`` applied event by event."""
+    Folding a batch must equal folding its events one batch each, in any cuts (the property
+    tests compare both with the pure folds kept in ``tests/oracles``)."""
 
     def handlers(self) -> Handlers: ...
 
     def freeze(self) -> S_co: ...
+
+
+def batch_of_one(batch: Callable[[S], BatchFold[S]], initial: S) -> Callable[[S, Event], S]:
+    """The per-event fold of a batch fold: *batch* over a batch of one event. An event of a
+    type it does not act on returns the state itself (no fold is opened); the acting handler
+    is looked up by name, so no handler table is built per event. ``evolve`` holds the state
+    it is given while the fold runs, so the fold never counts it as its own (``holders``):
+    it is copied where it changes, never changed in place."""
+    probe = batch(initial)
+    names: dict[type[Event], str] = {}
+    for kind, handle in probe.handlers().items():
+        name = names[kind] = handle.__name__
+        if getattr(probe, name, None) != handle:
+            raise TypeError(f"the handler of {kind.__name__} is not a method of its fold")
+
+    def evolve(state: S, event: Event) -> S:
+        name = names.get(type(event))
+        if name is None:
+            return state
+        fold = batch(state)
+        getattr(fold, name)(event)
+        return fold.freeze()
+
+    return evolve
 
 
 class Thawed(Generic[K, V]):
@@ -117,8 +153,9 @@ class Additions(Generic[T]):
 
 class AgentDrafts(Generic[V, D]):
     """A ``by_agent`` map during a batch: the frozen map, and a draft of each agent the batch
-    touched. Agents new to the map are added in the order the pure fold would add them (at
-    their first ``put``), so the frozen map iterates (and encodes) exactly like the pure one."""
+    touched. Agents new to the map are added in the order a per-event fold would add them (at
+    their first ``put``), so the frozen map iterates (and encodes) exactly like the pure folds'
+    (``tests/oracles``)."""
 
     __slots__ = ("_frozen", "_new", "_thaw", "drafts")
 
@@ -145,7 +182,7 @@ class AgentDrafts(Generic[V, D]):
 
     def put(self, agent_id: str) -> D:
         """The agent's draft, adding the agent (from its initial state) when it is new: what
-        the pure fold's ``{**by_agent, agent_id: …}`` does."""
+        a per-event ``{**by_agent, agent_id: …}`` does."""
         draft = self.drafts.get(agent_id)
         if draft is not None:  # the common case, first: this runs for most events
             return draft

@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
-from typing import assert_never
-
 import msgspec
 
 from ctxledger.domain.events import (
-    AgentConfigured,
-    AgentRegistered,
-    CacheUsageRecorded,
-    ContentErased,
-    ContextBuildingFailed,
-    ContextBuildingInterrupted,
     ContextBuildingStarted,
     ContextPackBuilt,
     Event,
     FindingVerified,
     GenerationRefreshed,
-    ItemPinned,
     ItemRecorded,
-    ItemRemoved,
-    ItemUnpinned,
-    MemoryDeleted,
-    MemoryMarkedStale,
-    MemoryPromoted,
-    MemoryRetired,
-    MemoryVerified,
-    RecallRendered,
-    SteeringNoteAdded,
-    TurnFailed,
-    TurnSucceeded,
 )
 from ctxledger.domain.model import Layer, Source
-from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed
+from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed, batch_of_one
 
 __all__ = ["AgentIndicators", "GcIndicators", "GcIndicatorsBatch", "evolve_gc_indicators"]
 
@@ -82,95 +62,7 @@ def _obsolete(phases: dict[str, int], current: str) -> int:
     return sum(n for p, n in phases.items() if p and p != current)
 
 
-def _enter_phase(state: GcIndicators, agent_id: str, phase: str) -> GcIndicators:
-    """The agent works in *phase* from now on (an empty phase leaves the current one)."""
-    cur = state.by_agent.get(agent_id, AgentIndicators())
-    if not phase or phase == cur.phase:
-        return state
-    new = msgspec.structs.replace(
-        cur, phase=phase, obsolete_phase_items=_obsolete(cur.phases, phase)
-    )
-    return GcIndicators(by_agent={**state.by_agent, agent_id: new})
-
-
-def evolve_gc_indicators(state: GcIndicators, event: Event) -> GcIndicators:
-    """Fold one event."""
-    match event:
-        case ItemRecorded(agent_id=agent_id, item=item):
-            cur = state.by_agent.get(agent_id, AgentIndicators())
-            sig = item.tool_signature
-            repeated = cur.repeated_tool_signatures
-            failed_rep = cur.repeated_failed_edits
-            signatures = cur.signatures
-            failed = cur.failed_signatures
-            if sig:
-                repeated += 1 if sig in signatures else 0
-                signatures = {**signatures, sig: signatures.get(sig, 0) + 1}
-                if item.failure:
-                    failed_rep += 1 if sig in failed else 0
-                    failed = {**failed, sig: failed.get(sig, 0) + 1}
-            phases = cur.phases
-            if item.phase:
-                phases = {**phases, item.phase: phases.get(item.phase, 0) + 1}
-            tokens = item.token_count
-            transcript = item.source in _TRANSCRIPT or item.layer == Layer.L4
-            new = msgspec.structs.replace(
-                cur,
-                repeated_tool_signatures=repeated,
-                repeated_failed_edits=failed_rep,
-                signatures=signatures,
-                failed_signatures=failed,
-                phases=phases,
-                obsolete_phase_items=_obsolete(phases, cur.phase),
-                recorded_tokens=cur.recorded_tokens + tokens,
-                transcript_tokens=cur.transcript_tokens + (tokens if transcript else 0),
-                builds_since_progress=0 if item.source in _PROGRESS else cur.builds_since_progress,
-            )
-            return GcIndicators(by_agent={**state.by_agent, agent_id: new})
-        case ContextPackBuilt(agent_id=agent_id):
-            cur = state.by_agent.get(agent_id, AgentIndicators())
-            util = event.budget_used / event.budget_limit if event.budget_limit else 0.0
-            new = msgspec.structs.replace(
-                cur, utilization=util, builds_since_progress=cur.builds_since_progress + 1
-            )
-            return GcIndicators(by_agent={**state.by_agent, agent_id: new})
-        case GenerationRefreshed(agent_id=agent_id, phase=phase):
-            return _enter_phase(state, agent_id, phase)
-        case ContextBuildingStarted(agent_id=agent_id, request=request):
-            # Every build names its phase, so the first generation has one too.
-            return _enter_phase(state, agent_id, request.phase if request is not None else "")
-        case FindingVerified(agent_id=agent_id):
-            found = state.by_agent.get(agent_id)
-            if found is None:
-                return state
-            new = msgspec.structs.replace(found, builds_since_progress=0)
-            return GcIndicators(by_agent={**state.by_agent, agent_id: new})
-        case (
-            AgentRegistered()
-            | SteeringNoteAdded()
-            | ItemPinned()
-            | ItemUnpinned()
-            | ItemRemoved()
-            | ContextBuildingFailed()
-            | ContextBuildingInterrupted()
-            | TurnFailed()
-            | TurnSucceeded()
-            | AgentConfigured()
-            | CacheUsageRecorded()
-            | MemoryPromoted()
-            | MemoryVerified()
-            | MemoryMarkedStale()
-            | MemoryRetired()
-            | MemoryDeleted()
-            | ContentErased()
-            | RecallRendered()
-        ):
-            return state
-        case _:
-            assert_never(event)
-
-
-# --- batch fold ------------------------------------------------------------------------------
+# --- the fold --------------------------------------------------------------------------------
 
 
 def _count(counts: Thawed[str, int], key: str) -> None:
@@ -179,22 +71,10 @@ def _count(counts: Thawed[str, int], key: str) -> None:
 
 class _IndicatorsDraft:
     """One agent's indicators during a batch; the signature and phase counts are copied on
-    their first change (the pure fold copies them per recording)."""
+    their first change (not per recording)."""
 
-    __slots__ = (
-        "builds_since_progress",
-        "failed_signatures",
-        "obsolete_known",
-        "obsolete_phase_items",
-        "phase",
-        "phases",
-        "recorded_tokens",
-        "repeated_failed_edits",
-        "repeated_tool_signatures",
-        "signatures",
-        "transcript_tokens",
-        "utilization",
-    )
+    __slots__ = (*AgentIndicators.__struct_fields__, "obsolete_known")
+    """The fields of ``AgentIndicators``, and whether ``obsolete_phase_items`` is known."""
 
     def __init__(self, a: AgentIndicators) -> None:
         self.utilization = a.utilization
@@ -229,7 +109,7 @@ class _IndicatorsDraft:
 
 
 class GcIndicatorsBatch:
-    """``evolve_gc_indicators`` over a batch of events (see ``projections.drafts``)."""
+    """The GC indicators' fold over a batch of events (see ``projections.drafts``)."""
 
     def __init__(self, state: GcIndicators) -> None:
         self.agents = AgentDrafts(state.by_agent, _IndicatorsDraft, AgentIndicators)
@@ -282,7 +162,7 @@ class GcIndicatorsBatch:
         a.builds_since_progress += 1
 
     def _enter_phase(self, agent_id: str, phase: str) -> None:
-        """``_enter_phase`` in place."""
+        """The agent works in *phase* from now on (an empty phase leaves the current one)."""
         if not phase:
             return
         a = self.agents.get(agent_id)
@@ -305,3 +185,11 @@ class GcIndicatorsBatch:
         a = self.agents.get(event.agent_id)
         if a is not None:
             a.builds_since_progress = 0
+
+
+_EVOLVE = batch_of_one(GcIndicatorsBatch, GcIndicators())
+
+
+def evolve_gc_indicators(state: GcIndicators, event: Event) -> GcIndicators:
+    """Fold one event: ``GcIndicatorsBatch`` over a batch of one."""
+    return _EVOLVE(state, event)

@@ -2,37 +2,19 @@
 
 from __future__ import annotations
 
-from typing import assert_never
-
 import msgspec
 
 from ctxledger.domain.events import (
     AgentConfigured,
     AgentRegistered,
     CacheUsageRecorded,
-    ContentErased,
-    ContextBuildingFailed,
-    ContextBuildingInterrupted,
     ContextBuildingStarted,
     ContextPackBuilt,
     Event,
-    FindingVerified,
     GenerationRefreshed,
-    ItemPinned,
-    ItemRecorded,
-    ItemRemoved,
-    ItemUnpinned,
-    MemoryDeleted,
-    MemoryMarkedStale,
-    MemoryPromoted,
-    MemoryRetired,
-    MemoryVerified,
-    RecallRendered,
-    SteeringNoteAdded,
-    TurnFailed,
     TurnSucceeded,
 )
-from ctxledger.domain.model import AgentIdentity, Decision, Generation, apply_decision_delta
+from ctxledger.domain.model import AgentIdentity, Decision, Generation
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.settings import AgentSettings
 from ctxledger.projections.drafts import (
@@ -41,10 +23,17 @@ from ctxledger.projections.drafts import (
     Handlers,
     Thawed,
     agent_owned,
+    batch_of_one,
     holders,
 )
 
-__all__ = ["AgentGenerations", "Generations", "GenerationsBatch", "evolve_generations"]
+__all__ = [
+    "AgentGenerations",
+    "Generations",
+    "GenerationsBatch",
+    "evolve_generations",
+    "pack_figures",
+]
 
 
 class AgentGenerations(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,26 +76,9 @@ class Generations(msgspec.Struct, frozen=True, kw_only=True):
     by_agent: dict[str, AgentGenerations] = {}
 
 
-def _replace_current(ag: AgentGenerations, gen: Generation) -> AgentGenerations:
-    return msgspec.structs.replace(ag, generations=(*ag.generations[:-1], gen))
-
-
-def _with_agent(state: Generations, agent_id: str, ag: AgentGenerations) -> Generations:
-    return Generations(by_agent={**state.by_agent, agent_id: ag})
-
-
-def _next_order(
-    order: tuple[str, ...], appended: tuple[str, ...], retired: tuple[str, ...]
-) -> tuple[str, ...]:
-    if retired:
-        gone = set(retired)
-        order = tuple(i for i in order if i not in gone)
-    return order + appended if appended else order
-
-
-def _packed(cur: Generation, event: ContextPackBuilt) -> Generation:
+def pack_figures(cur: Generation, event: ContextPackBuilt) -> Generation:
     """The generation's pack figures after *event* (its decisions and order are folded by
-    the caller: the pure fold applies the delta, the batch fold its drafts)."""
+    the caller: ``_AgentDraft.built`` applies the delta in place)."""
     return msgspec.structs.replace(
         cur,
         strategy=event.strategy,
@@ -122,120 +94,15 @@ def _packed(cur: Generation, event: ContextPackBuilt) -> Generation:
     )
 
 
-def evolve_generations(state: Generations, event: Event) -> Generations:
-    """Fold one event. Events for agents never registered are ignored (the audit reports them)."""
-    match event:
-        case AgentRegistered(agent=agent):
-            if agent.agent_id in state.by_agent:
-                return state
-            first = Generation(number=1, kind="initial", budget=agent.budget)
-            entry = AgentGenerations(agent=agent, generations=(first,))
-            return _with_agent(state, agent.agent_id, entry)
-        case AgentConfigured(agent_id=aid, settings=settings):
-            ag = state.by_agent.get(aid)
-            if ag is None:
-                return state
-            window = 0 if settings.budget != ag.settings.budget else ag.window
-            return _with_agent(
-                state, aid, msgspec.structs.replace(ag, settings=settings, window=window)
-            )
-        case ContextBuildingStarted(agent_id=aid, request=request) if request is not None:
-            ag = state.by_agent.get(aid)
-            if ag is None:
-                return state
-            return _with_agent(state, aid, msgspec.structs.replace(ag, last_request=request))
-        case CacheUsageRecorded(agent_id=aid):
-            ag = state.by_agent.get(aid)
-            if ag is None:
-                return state
-            sent = event.input_tokens + event.cache_read_tokens + event.cache_write_tokens
-            window = 0 if ag.window and sent > ag.window else ag.window
-            if ag.refresh_streak == 0 and window == ag.window:
-                return state
-            return _with_agent(
-                state, aid, msgspec.structs.replace(ag, refresh_streak=0, window=window)
-            )
-        case TurnSucceeded(agent_id=aid):
-            ag = state.by_agent.get(aid)
-            if ag is None or ag.refresh_streak == 0:
-                return state
-            return _with_agent(state, aid, msgspec.structs.replace(ag, refresh_streak=0))
-        case ContextPackBuilt():
-            ag = state.by_agent.get(event.agent_id)
-            if ag is None:
-                return state
-            cur = ag.current
-            if event.generation != cur.number:
-                return state
-            if event.purpose == "decision_point":  # a view of its own: the prompt is unchanged
-                dp = msgspec.structs.replace(cur, decision_points=cur.decision_points + 1)
-                return _with_agent(state, event.agent_id, _replace_current(ag, dp))
-            gen = msgspec.structs.replace(
-                _packed(cur, event),
-                decisions=apply_decision_delta(cur.decisions, event.decisions, event.retired),
-                order=_next_order(cur.order, event.order_appended, event.retired),
-            )
-            updated = _replace_current(ag, gen)
-            if cur.builds == 0:  # the generation's first pack fixes its scope
-                scope = ag.last_request.scope if ag.last_request is not None else Scope()
-                updated = msgspec.structs.replace(updated, scope=scope)
-            return _with_agent(state, event.agent_id, updated)
-        case GenerationRefreshed():
-            ag = state.by_agent.get(event.agent_id)
-            if ag is None:
-                return state
-            gen = Generation(
-                number=event.to_generation,
-                kind=event.kind,
-                reason=event.reason,
-                trigger=event.trigger,
-                phase=event.phase,
-                strategy=event.strategy,
-                budget=event.budget,
-            )
-            streak = ag.refresh_streak + (1 if event.kind == "refresh" else 0)
-            learned = event.kind == "refresh" and event.trigger == "context_limit"
-            entry = msgspec.structs.replace(
-                ag,
-                generations=(*ag.generations, gen),
-                refresh_streak=streak,
-                scope=Scope(),
-                window=event.budget if learned and event.budget else ag.window,
-            )
-            return _with_agent(state, event.agent_id, entry)
-        case (
-            ItemRecorded()
-            | SteeringNoteAdded()
-            | ItemPinned()
-            | ItemUnpinned()
-            | ItemRemoved()
-            | FindingVerified()
-            | ContextBuildingStarted()
-            | ContextBuildingFailed()
-            | ContextBuildingInterrupted()
-            | TurnFailed()
-            | MemoryPromoted()
-            | MemoryVerified()
-            | MemoryMarkedStale()
-            | MemoryRetired()
-            | MemoryDeleted()
-            | ContentErased()
-            | RecallRendered()
-        ):
-            return state
-        case _:
-            assert_never(event)
-
-
-# --- batch fold ------------------------------------------------------------------------------
+# --- the fold --------------------------------------------------------------------------------
 
 
 class _AgentDraft:
     """One agent during a batch. The current generation is ``current`` (a frozen Generation)
     plus what the batch did to it since: its growing parts — the decisions and the order,
-    copied per build by the pure fold — edited in place, and its pack figures as the last
-    build left them (``packed_by``, ``builds_added``, ``points_added``: the pure fold builds
-    a new Generation per build). They are joined to it once, when the generation closes or
+    which a copy per build would make quadratic — edited in place, and its pack figures as
+    the last build left them (``packed_by``, ``builds_added``, ``points_added``: not a new
+    Generation per build). They are joined to it once, when the generation closes or
     the batch ends (``current_generation``). The decisions are copied on their first change
     only when a snapshot may still hold them (``_owns_decisions``)."""
 
@@ -283,7 +150,7 @@ class _AgentDraft:
         """The current generation's order once this batch changed it (None: unchanged)."""
         self.packed_by: ContextPackBuilt | None = None
         """The last pack of ``current`` folded since it was made (its figures are the
-        generation's: ``_packed``), or None."""
+        generation's: ``pack_figures``), or None."""
         self.builds_added = 0
         self.points_added = 0
 
@@ -301,8 +168,8 @@ class _AgentDraft:
         )
 
     def built(self, event: ContextPackBuilt) -> None:
-        """A pack of the current generation: ``apply_decision_delta`` and ``_next_order`` in
-        place."""
+        """A pack of the current generation: ``domain.model.apply_decision_delta`` in place,
+        and its retired ids out of the order, its appended ids at its end."""
         thawed = self.decisions
         decisions = thawed.adopt() if not thawed.owned and self._owns_decisions() else thawed.edit()
         for item_id in event.retired:
@@ -326,8 +193,8 @@ class _AgentDraft:
         """The current generation with its pack figures, decisions and order as of now."""
         if self.packed_by is not None or self.points_added:
             gen = self.current
-            if self.packed_by is not None:  # ``_packed`` of the last pack, every build counted
-                gen = _packed(gen, self.packed_by)
+            if self.packed_by is not None:  # ``pack_figures`` of the last pack, every build counted
+                gen = pack_figures(gen, self.packed_by)
                 if self.builds_added > 1:
                     gen = msgspec.structs.replace(gen, builds=gen.builds + self.builds_added - 1)
             if self.points_added:
@@ -362,7 +229,7 @@ class _AgentDraft:
 
 
 class GenerationsBatch:
-    """``evolve_generations`` over a batch of events (see ``projections.drafts``)."""
+    """The generations' fold over a batch of events (see ``projections.drafts``)."""
 
     def __init__(self, state: Generations) -> None:
         model = [state]
@@ -427,7 +294,7 @@ class GenerationsBatch:
             ag.points_added += 1
             return
         first = ag.current.builds + ag.builds_added == 0
-        ag.packed_by = event  # ``_packed``, made once when the generation is read
+        ag.packed_by = event  # ``pack_figures``, made once when the generation is read
         ag.builds_added += 1
         ag.built(event)
         if first:  # the generation's first pack fixes its scope
@@ -453,3 +320,12 @@ class GenerationsBatch:
             if event.trigger == "context_limit" and event.budget:
                 ag.window = event.budget
         ag.scope = Scope()
+
+
+_EVOLVE = batch_of_one(GenerationsBatch, Generations())
+
+
+def evolve_generations(state: Generations, event: Event) -> Generations:
+    """Fold one event: ``GenerationsBatch`` over a batch of one. Events for agents never
+    registered are ignored (the audit reports them)."""
+    return _EVOLVE(state, event)

@@ -11,34 +11,21 @@ import msgspec
 from ctxledger.domain.errors import UnknownAgentError, UnknownGenerationError
 from ctxledger.domain.events import (
     AgentConfigured,
-    AgentRegistered,
-    CacheUsageRecorded,
     ContentErased,
-    ContextBuildingFailed,
-    ContextBuildingInterrupted,
-    ContextBuildingStarted,
-    ContextPackBuilt,
     Event,
     FindingVerified,
     GenerationRefreshed,
     ItemPinned,
-    ItemRecorded,
     ItemRemoved,
     ItemUnpinned,
-    MemoryDeleted,
-    MemoryMarkedStale,
     MemoryPromoted,
-    MemoryRetired,
-    MemoryVerified,
     RecallRendered,
-    SteeringNoteAdded,
     TurnFailed,
-    TurnSucceeded,
 )
 from ctxledger.domain.model import AgentIdentity, Decision, Generation, Item
 from ctxledger.domain.settings import AgentSettings
 from ctxledger.projections.context_state import ContextStates
-from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers
+from ctxledger.projections.drafts import Additions, AgentDrafts, Handlers, batch_of_one
 from ctxledger.projections.gc_indicators import AgentIndicators, GcIndicators
 from ctxledger.projections.generations import Generations
 from ctxledger.projections.pool import AgentPool, Pool, verified_form
@@ -51,9 +38,11 @@ __all__ = [
     "InspectorState",
     "ItemView",
     "ViewModels",
+    "control_of",
     "diff_generations",
     "evolve_inspector",
     "inspect_agent",
+    "turn_error",
 ]
 
 
@@ -78,12 +67,6 @@ class InspectorState(msgspec.Struct, frozen=True, kw_only=True):
     by_agent: dict[str, AgentInspector] = {}
 
 
-def _with_control(state: InspectorState, agent_id: str, control: Control) -> InspectorState:
-    cur = state.by_agent.get(agent_id, AgentInspector())
-    new = msgspec.structs.replace(cur, controls=(*cur.controls, control))
-    return InspectorState(by_agent={**state.by_agent, agent_id: new})
-
-
 _ControlEvent = (
     ItemPinned
     | ItemUnpinned
@@ -97,7 +80,7 @@ _ControlEvent = (
 """The events that add a control to their agent's history."""
 
 
-def _control(event: _ControlEvent) -> Control:
+def control_of(event: _ControlEvent) -> Control:
     """The control *event* adds to its agent's history."""
     match event:
         case ItemPinned(item_id=i, by=by):
@@ -124,60 +107,18 @@ def _control(event: _ControlEvent) -> Control:
             assert_never(event)
 
 
-def _turn_error(event: TurnFailed) -> str:
+def turn_error(event: TurnFailed) -> str:
     """The agent's last turn error as the inspector shows it (at most 300 characters)."""
     text = f"{event.error_class}: {event.provider} {event.code} {event.message}".strip()
     return text[:300]
 
 
-def evolve_inspector(state: InspectorState, event: Event) -> InspectorState:
-    """Fold one event."""
-    match event:
-        case (
-            ItemPinned()
-            | ItemUnpinned()
-            | ItemRemoved()
-            | FindingVerified()
-            | MemoryPromoted()
-            | GenerationRefreshed()
-            | AgentConfigured()
-            | ContentErased()
-        ):
-            return _with_control(state, event.agent_id, _control(event))
-        case RecallRendered(agent_id=a):
-            cur = state.by_agent.get(a, AgentInspector())
-            new = msgspec.structs.replace(cur, recall=event)
-            return InspectorState(by_agent={**state.by_agent, a: new})
-        case TurnFailed(agent_id=a):
-            cur = state.by_agent.get(a, AgentInspector())
-            new = msgspec.structs.replace(cur, last_turn_error=_turn_error(event))
-            return InspectorState(by_agent={**state.by_agent, a: new})
-        case (
-            AgentRegistered()
-            | ItemRecorded()
-            | SteeringNoteAdded()
-            | ContextBuildingStarted()
-            | ContextPackBuilt()
-            | ContextBuildingFailed()
-            | ContextBuildingInterrupted()
-            | CacheUsageRecorded()
-            | TurnSucceeded()
-            | MemoryVerified()
-            | MemoryMarkedStale()
-            | MemoryRetired()
-            | MemoryDeleted()
-        ):
-            return state
-        case _:
-            assert_never(event)
-
-
-# --- batch fold ------------------------------------------------------------------------------
+# --- the fold --------------------------------------------------------------------------------
 
 
 class _InspectorDraft:
-    """One agent's inspector state during a batch: controls appended to a list (the pure fold
-    copies the whole history per control)."""
+    """One agent's inspector state during a batch: controls appended to a list (not the whole
+    history copied per control)."""
 
     __slots__ = ("controls", "last_turn_error", "recall")
 
@@ -195,7 +136,7 @@ class _InspectorDraft:
 
 
 class InspectorBatch:
-    """``evolve_inspector`` over a batch of events (see ``projections.drafts``)."""
+    """The inspector's fold over a batch of events (see ``projections.drafts``)."""
 
     def __init__(self, state: InspectorState) -> None:
         self.agents = AgentDrafts(state.by_agent, _InspectorDraft, AgentInspector)
@@ -219,13 +160,21 @@ class InspectorBatch:
         return InspectorState(by_agent=self.agents.freeze(_InspectorDraft.freeze))
 
     def control(self, event: _ControlEvent) -> None:
-        self.agents.put(event.agent_id).controls.append(_control(event))
+        self.agents.put(event.agent_id).controls.append(control_of(event))
 
     def recall_rendered(self, event: RecallRendered) -> None:
         self.agents.put(event.agent_id).recall = event
 
     def turn_failed(self, event: TurnFailed) -> None:
-        self.agents.put(event.agent_id).last_turn_error = _turn_error(event)
+        self.agents.put(event.agent_id).last_turn_error = turn_error(event)
+
+
+_EVOLVE = batch_of_one(InspectorBatch, InspectorState())
+
+
+def evolve_inspector(state: InspectorState, event: Event) -> InspectorState:
+    """Fold one event: ``InspectorBatch`` over a batch of one."""
+    return _EVOLVE(state, event)
 
 
 # --- views ------------------------------------------------------------------------------------

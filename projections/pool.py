@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-from typing import assert_never
-
 import msgspec
 
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.events import (
-    AgentConfigured,
-    AgentRegistered,
-    CacheUsageRecorded,
-    ContentErased,
-    ContextBuildingFailed,
-    ContextBuildingInterrupted,
-    ContextBuildingStarted,
     ContextPackBuilt,
     Event,
     FindingVerified,
@@ -23,15 +14,7 @@ from ctxledger.domain.events import (
     ItemRecorded,
     ItemRemoved,
     ItemUnpinned,
-    MemoryDeleted,
-    MemoryMarkedStale,
-    MemoryPromoted,
-    MemoryRetired,
-    MemoryVerified,
-    RecallRendered,
     SteeringNoteAdded,
-    TurnFailed,
-    TurnSucceeded,
 )
 from ctxledger.domain.model import Item, Source
 from ctxledger.projections.drafts import (
@@ -40,6 +23,7 @@ from ctxledger.projections.drafts import (
     Handlers,
     Thawed,
     agent_owned,
+    batch_of_one,
     holders,
 )
 
@@ -121,144 +105,13 @@ TOUCHED_MAX = 4096
 so a pool recording without building keeps a bounded read model."""
 
 
-def _touch(pool: AgentPool, *item_ids: str) -> dict[str, object]:
-    """``touched``/``touched_since`` after touching *item_ids*, in order."""
-    touched, since = pool.touched, pool.touched_since
-    for item_id in item_ids:
-        if len(touched) >= TOUCHED_MAX:
-            touched, since = (), ""
-        else:
-            touched = (*touched, item_id)
-    return {"touched": touched, "touched_since": since}
-
-
-def _put(state: Pool, agent_id: str, pool: AgentPool) -> Pool:
-    return Pool(by_agent={**state.by_agent, agent_id: pool})
-
-
-def _record(pool: AgentPool, item: Item) -> AgentPool:
-    n = pool.recorded + 1
-    seen = {**pool.seen, item.id: pool.seen.get(item.id, 0) + 1}
-    if item.id in pool.items:
-        removed = pool.removed
-        if item.id in removed:  # observed again after removal: it is back
-            removed = {k: v for k, v in removed.items() if k != item.id}
-        return msgspec.structs.replace(
-            pool, seen=seen, removed=removed, recorded=n, **_touch(pool, item.id)
-        )
-    return msgspec.structs.replace(
-        pool,
-        items={**pool.items, item.id: item},
-        seq={**pool.seq, item.id: n},
-        seen=seen,
-        recorded=n,
-        **_touch(pool, item.id),
-    )
-
-
-def _update_item(state: Pool, agent_id: str, item_id: str, **changes: object) -> Pool:
-    pool = state.by_agent.get(agent_id)
-    if pool is None or item_id not in pool.items:
-        return state
-    item = msgspec.structs.replace(pool.items[item_id], **changes)
-    items = {**pool.items, item_id: item}
-    return _put(
-        state, agent_id, msgspec.structs.replace(pool, items=items, **_touch(pool, item_id))
-    )
-
-
-def evolve_pool(state: Pool, event: Event) -> Pool:
-    """Fold one event into the pool."""
-    match event:
-        case ItemRecorded(agent_id=agent_id, item=item):
-            if item.source is Source.STEERING_NOTE:
-                item = steering_form(item)
-            return _put(state, agent_id, _record(state.by_agent.get(agent_id, AgentPool()), item))
-        case SteeringNoteAdded(agent_id=agent_id, item=item):
-            note = steering_form(item)
-            return _put(state, agent_id, _record(state.by_agent.get(agent_id, AgentPool()), note))
-        case ItemPinned(agent_id=agent_id, item_id=item_id):
-            return _update_item(state, agent_id, item_id, pinned=True)
-        case ItemUnpinned(agent_id=agent_id, item_id=item_id):
-            return _update_item(state, agent_id, item_id, pinned=False)
-        case ItemRemoved(agent_id=agent_id, item_id=item_id, reason=reason):
-            pool = state.by_agent.get(agent_id)
-            if pool is None or item_id not in pool.items:
-                return state
-            removed = {**pool.removed, item_id: reason or "removed"}
-            return _put(
-                state,
-                agent_id,
-                msgspec.structs.replace(pool, removed=removed, **_touch(pool, item_id)),
-            )
-        case FindingVerified(agent_id=agent_id, item_id=item_id):
-            pool = state.by_agent.get(agent_id)
-            if pool is None or item_id not in pool.items:
-                return state
-            if pool.items[item_id].source == Source.RECALLED_MEMORY:
-                return state  # recalled memory is never a verified fact
-            verified = {**pool.verified, item_id: True}
-            return _put(
-                state,
-                agent_id,
-                msgspec.structs.replace(pool, verified=verified, **_touch(pool, item_id)),
-            )
-        case ContextPackBuilt(agent_id=agent_id, pack_id=pack_id):
-            pool = state.by_agent.get(agent_id)
-            if pool is None or event.purpose:
-                return state  # a decision point is not the agent's prompt: nothing was "seen"
-            if (pool.built_upto, pool.touched, pool.touched_since) == (pool.recorded, (), pack_id):
-                return state
-            return _put(
-                state,
-                agent_id,
-                msgspec.structs.replace(
-                    pool, built_upto=pool.recorded, touched=(), touched_since=pack_id
-                ),
-            )
-        case GenerationRefreshed(agent_id=agent_id, kind="refresh", dropped=dropped):
-            pool = state.by_agent.get(agent_id)
-            if pool is None or not dropped:
-                return state
-            removed = dict(pool.removed)
-            hit = tuple(item_id for item_id in dropped if item_id in pool.items)
-            for item_id in hit:
-                removed.setdefault(item_id, "dropped_at_refresh")
-            return _put(
-                state,
-                agent_id,
-                msgspec.structs.replace(pool, removed=removed, **_touch(pool, *hit)),
-            )
-        case (
-            AgentRegistered()
-            | GenerationRefreshed()
-            | ContextBuildingStarted()
-            | ContextBuildingFailed()
-            | ContextBuildingInterrupted()
-            | TurnFailed()
-            | TurnSucceeded()
-            | AgentConfigured()
-            | CacheUsageRecorded()
-            | MemoryPromoted()
-            | MemoryVerified()
-            | MemoryMarkedStale()
-            | MemoryRetired()
-            | MemoryDeleted()
-            | ContentErased()
-            | RecallRendered()
-        ):
-            return state
-        case _:
-            assert_never(event)
-
-
-# --- batch fold ------------------------------------------------------------------------------
+# --- the fold --------------------------------------------------------------------------------
 
 
 class _PoolDraft:
     """One agent's pool during a batch. Its dicts are copied on their first change, so an
     agent recording thousands of items copies ``items``/``seq``/``seen`` once per batch
-    instead of once per item (the pure fold is quadratic in one agent's recordings). Those
+    instead of once per item (a copy per event is quadratic in one agent's recordings). Those
     three change together on every recording, so they are copied together — or not at all
     when the batch owns the model and no snapshot holds them (``_owns_recordings``): an
     engine recording and building turn after turn then never copies an agent's history."""
@@ -293,7 +146,8 @@ class _PoolDraft:
         self.touched_since = pool.touched_since
 
     def touch(self, item_id: str) -> None:
-        """``_touch`` in place."""
+        """*item_id* touched: appended to ``touched``, unless that holds ``TOUCHED_MAX`` ids
+        already (then ``touched`` is cleared and ``touched_since`` emptied)."""
         touched = self.touched
         if len(touched.frozen) + len(touched.added) >= TOUCHED_MAX:
             self.touched = Additions(())
@@ -323,8 +177,9 @@ class _PoolDraft:
         return self.items
 
     def record(self, item: Item) -> None:
-        """``_record`` in place (``edit_items`` and ``touch`` inlined: this runs once per
-        recorded item of a replay)."""
+        """One recording of *item*: counted as seen, touched, and added to ``items``/``seq``
+        when new, or back from ``removed`` (``edit_items`` and ``touch`` inlined: this runs
+        once per recorded item of a replay)."""
         item_id = item.id
         if not self._recordings_copied:
             self.edit_items()
@@ -359,7 +214,7 @@ class _PoolDraft:
 
 
 class PoolBatch:
-    """``evolve_pool`` over a batch of events (see ``projections.drafts``)."""
+    """The pool's fold over a batch of events (see ``projections.drafts``)."""
 
     def __init__(self, state: Pool) -> None:
         model = [state]
@@ -446,3 +301,11 @@ class PoolBatch:
             for item_id in dropped:
                 removed.setdefault(item_id, "dropped_at_refresh")
                 pool.touch(item_id)
+
+
+_EVOLVE = batch_of_one(PoolBatch, Pool())
+
+
+def evolve_pool(state: Pool, event: Event) -> Pool:
+    """Fold one event into the pool: ``PoolBatch`` over a batch of one."""
+    return _EVOLVE(state, event)

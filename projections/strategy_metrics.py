@@ -2,37 +2,17 @@
 
 from __future__ import annotations
 
-from typing import assert_never
-
 import msgspec
 
 from ctxledger.domain.events import (
-    AgentConfigured,
     AgentRegistered,
-    CacheUsageRecorded,
-    ContentErased,
-    ContextBuildingFailed,
-    ContextBuildingInterrupted,
-    ContextBuildingStarted,
     ContextPackBuilt,
     Event,
-    FindingVerified,
     GenerationRefreshed,
-    ItemPinned,
     ItemRecorded,
-    ItemRemoved,
-    ItemUnpinned,
-    MemoryDeleted,
-    MemoryMarkedStale,
-    MemoryPromoted,
-    MemoryRetired,
-    MemoryVerified,
-    RecallRendered,
-    SteeringNoteAdded,
     TurnFailed,
-    TurnSucceeded,
 )
-from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed
+from ctxledger.projections.drafts import AgentDrafts, Handlers, Thawed, batch_of_one
 
 __all__ = [
     "AgentStrategyMetrics",
@@ -65,116 +45,15 @@ class StrategyMetrics(msgspec.Struct, frozen=True, kw_only=True):
     by_agent: dict[str, AgentStrategyMetrics] = {}
 
 
-def _put(state: StrategyMetrics, agent_id: str, m: AgentStrategyMetrics) -> StrategyMetrics:
-    return StrategyMetrics(by_agent={**state.by_agent, agent_id: m})
-
-
-def evolve_strategy_metrics(state: StrategyMetrics, event: Event) -> StrategyMetrics:
-    """Fold one event."""
-    match event:
-        case AgentRegistered(agent=agent):
-            if agent.agent_id in state.by_agent:
-                return state
-            return _put(state, agent.agent_id, AgentStrategyMetrics())
-        case ContextPackBuilt(agent_id=agent_id):
-            m = state.by_agent.get(agent_id, AgentStrategyMetrics())
-            return _put(
-                state,
-                agent_id,
-                msgspec.structs.replace(
-                    m,
-                    strategy=event.strategy,
-                    builds=m.builds + 1,
-                    tokens_total=m.tokens_total + event.budget_used,
-                    tokens_max=max(m.tokens_max, event.budget_used),
-                ),
-            )
-        case GenerationRefreshed(agent_id=agent_id):
-            m = state.by_agent.get(agent_id, AgentStrategyMetrics())
-            key = f"{event.kind}:{event.trigger}"
-            return _put(
-                state,
-                agent_id,
-                msgspec.structs.replace(
-                    m,
-                    generations=m.generations + 1,
-                    refreshes=m.refreshes + (event.kind == "refresh"),
-                    rebuilds=m.rebuilds + (event.kind == "rebuild"),
-                    refresh_reasons={**m.refresh_reasons, key: m.refresh_reasons.get(key, 0) + 1},
-                ),
-            )
-        case TurnFailed(agent_id=agent_id):
-            m = state.by_agent.get(agent_id, AgentStrategyMetrics())
-            return _put(
-                state,
-                agent_id,
-                msgspec.structs.replace(
-                    m,
-                    turn_failures=m.turn_failures + 1,
-                    retries=m.retries + (event.error_class == "context_limit"),
-                ),
-            )
-        case ItemRecorded(agent_id=agent_id, item=item):
-            sig = item.tool_signature
-            if not sig:
-                return state
-            m = state.by_agent.get(agent_id, AgentStrategyMetrics())
-            seen = m.signatures.get(sig, 0)
-            return _put(
-                state,
-                agent_id,
-                msgspec.structs.replace(
-                    m,
-                    repeated_actions=m.repeated_actions + (seen > 0),
-                    signatures={**m.signatures, sig: seen + 1},
-                ),
-            )
-        case (
-            AgentConfigured()
-            | TurnSucceeded()
-            | SteeringNoteAdded()
-            | ItemPinned()
-            | ItemUnpinned()
-            | ItemRemoved()
-            | FindingVerified()
-            | ContextBuildingStarted()
-            | ContextBuildingFailed()
-            | ContextBuildingInterrupted()
-            | CacheUsageRecorded()
-            | MemoryPromoted()
-            | MemoryVerified()
-            | MemoryMarkedStale()
-            | MemoryRetired()
-            | MemoryDeleted()
-            | ContentErased()
-            | RecallRendered()
-        ):
-            return state
-        case _:
-            assert_never(event)
-
-
-# --- batch fold ------------------------------------------------------------------------------
+# --- the fold --------------------------------------------------------------------------------
 
 
 class _MetricsDraft:
     """One agent's metrics during a batch; the counts by reason and by tool signature are
-    copied on their first change (the pure fold copies them per event)."""
+    copied on their first change (not per event)."""
 
-    __slots__ = (
-        "builds",
-        "generations",
-        "rebuilds",
-        "refresh_reasons",
-        "refreshes",
-        "repeated_actions",
-        "retries",
-        "signatures",
-        "strategy",
-        "tokens_max",
-        "tokens_total",
-        "turn_failures",
-    )
+    __slots__ = AgentStrategyMetrics.__struct_fields__
+    """The fields of ``AgentStrategyMetrics``."""
 
     def __init__(self, m: AgentStrategyMetrics) -> None:
         self.strategy = m.strategy
@@ -208,7 +87,7 @@ class _MetricsDraft:
 
 
 class StrategyMetricsBatch:
-    """``evolve_strategy_metrics`` over a batch of events (see ``projections.drafts``)."""
+    """The strategy metrics' fold over a batch of events (see ``projections.drafts``)."""
 
     def __init__(self, state: StrategyMetrics) -> None:
         self.agents = AgentDrafts(state.by_agent, _MetricsDraft, AgentStrategyMetrics)
@@ -262,3 +141,11 @@ class StrategyMetricsBatch:
         seen = signatures.get(sig, 0)
         m.repeated_actions += seen > 0
         signatures[sig] = seen + 1
+
+
+_EVOLVE = batch_of_one(StrategyMetricsBatch, StrategyMetrics())
+
+
+def evolve_strategy_metrics(state: StrategyMetrics, event: Event) -> StrategyMetrics:
+    """Fold one event: ``StrategyMetricsBatch`` over a batch of one."""
+    return _EVOLVE(state, event)

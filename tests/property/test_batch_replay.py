@@ -1,5 +1,5 @@
 """The batch fold (drafts thawed once per batch, events dispatched by type) against the pure
-folds, which stay the specification: equal for any events cut into any batches, never
+folds, the specification (``tests.oracles.folds``): equal for any events cut into any batches, never
 mutating the states it starts from; and on a real SQLite ledger, the runner's paged replay and
 its saves equal ``fold_all`` over ``read_all``."""
 
@@ -22,7 +22,8 @@ from ctxledger.adapters.testing import events
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import AgentIdentity
 from ctxledger.projections.batch import SMALL_BATCH, LiveFolds, fold_batch, fold_stream
-from ctxledger.projections.catalog import PROJECTIONS, ReadModels, fold_all, read_models
+from ctxledger.projections.catalog import PROJECTIONS, ReadModels, read_models
+from tests.oracles.folds import fold, fold_all
 
 AGENTS = ("a1", "a2")
 _AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -93,7 +94,7 @@ def test_named_batch_fold_of_a_subset_of_projections(seq: list[ev.Event]) -> Non
     chosen = PROJECTIONS[::2]
     states = {p.name: p.initial() for p in chosen}
     folded = fold_batch(states, seq, chosen)
-    assert folded == {p.name: p.fold(seq) for p in chosen}
+    assert folded == {p.name: fold(p, seq) for p in chosen}
     assert states == {p.name: p.initial() for p in chosen}
 
 

@@ -23,8 +23,9 @@ from hypothesis import strategies as st
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import AgentIdentity, Decision, Item, Layer, Source
 from ctxledger.projections.batch import LiveFolds, fold_stream
-from ctxledger.projections.catalog import PROJECTIONS, fold_all
+from ctxledger.projections.catalog import PROJECTIONS
 from ctxledger.projections.drafts import holders
+from tests.oracles.folds import fold_all
 from tests.property.test_batch_replay import histories
 
 CPYTHON = sys.implementation.name == "cpython" and getattr(sys, "_is_gil_enabled", lambda: True)()

@@ -47,13 +47,14 @@ from ctxledger.domain.model import (
     Source,
 )
 from ctxledger.projections.build_view import BuildView, build_view
-from ctxledger.projections.pool import TOUCHED_MAX, AgentPool, Pool, PoolBatch, evolve_pool
+from ctxledger.projections.pool import TOUCHED_MAX, AgentPool, Pool, PoolBatch
 from ctxledger.projections.turn_memo import (
     TurnMemo,
     emitted_context,
     memo_from_scratch,
     turn_view,
 )
+from tests.oracles.folds import evolve_pool
 from tests.property.strategies_items import pool_items
 from tests.property.test_restart_transparency import FixedClock
 

@@ -1,0 +1,1 @@
+"""Specification implementations the property tests compare the product against."""
