@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final, NamedTuple
 
+from ctxledger.adapters.secret_rules import EXTRA_RULES, SHAPED_RULES, SPAN_RULES, Rule
 from ctxledger.adapters.secret_views import despaced, hex_runs, normalized, percent_decoded
 
 if TYPE_CHECKING:  # detect-secrets (and requests under it) loads with the first scanner
@@ -26,99 +27,6 @@ DEFAULT_MAX_SCAN_CHARS: Final = 256 * 1024
 
 _ENTROPY_LIMIT: Final = 4.5
 
-# Rules detect-secrets misses or only matches in narrower shapes. Every pattern is linear: no
-# nested quantifiers, bounded alternations, so the whole (size-capped) text is scanned at once.
-_EXTRA_RULES: Final[tuple[tuple[str, re.Pattern[str]], ...]] = (
-    ("github fine-grained token", re.compile(r"github_pat_[A-Za-z0-9_]{20,}")),
-    ("github token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}")),
-    ("openai key", re.compile(r"\bsk-(?:proj-|svcacct-|admin-|ant-[a-z0-9]+-)?[A-Za-z0-9_-]{20,}")),
-    ("slack token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}")),
-    ("aws access key", re.compile(r"\b(?:AKIA|ASIA|ABIA|ACCA)[0-9A-Z]{16}\b")),
-    ("google api key", re.compile(r"\bAIza[0-9A-Za-z_-]{35}")),
-    ("private key", re.compile(r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----")),
-    ("bearer token", re.compile(r"\b[Bb]earer[ \t]+[A-Za-z0-9._~+/-]{16,}=*")),
-    ("json web token", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")),
-    (
-        "credential assignment",
-        re.compile(
-            r"\b[A-Z0-9_]{0,40}(?:PASSWORD|PASSWD|SECRET|TOKEN|API_?KEY|PRIVATE_?KEY|ACCESS_?KEY)"
-            r"[A-Z0-9_]{0,40}[ \t]*[=:][ \t]*['\"]?([^\s'\"]{8,200})"
-        ),
-    ),
-)
-
-
-# The record-time scan (``findings``) runs the same shapes, written so that Python's regex
-# engine can jump to a literal prefix (a leading \b or (?i:) makes it try every position,
-# 10x slower): word boundaries are checked after a match, and case-insensitive rules run on
-# the lower-cased text. Plus shapes the intake leaves to detect-secrets, which gives no span
-# for them or misses them unquoted and lower-case.
-class _Rule(NamedTuple):
-    kind: str
-    pattern: re.Pattern[str]
-    lower: bool = False  # matched on text.lower()
-    boundary: bool = False  # the match must not follow a word character
-    shaped: bool = False  # a fixed-prefix token: also searched across joined line breaks
-
-
-_SPAN_RULES: Final[tuple[_Rule, ...]] = (
-    _Rule("github fine-grained token", re.compile(r"github_pat_[A-Za-z0-9_]{20,}"), shaped=True),
-    _Rule("github token", re.compile(r"gh[pousr]_[A-Za-z0-9]{30,}"), boundary=True, shaped=True),
-    _Rule(
-        "openai key",
-        re.compile(r"sk-(?:proj-|svcacct-|admin-|ant-[a-z0-9]+-)?[A-Za-z0-9_-]{20,}"),
-        boundary=True,
-        shaped=True,
-    ),
-    _Rule("slack token", re.compile(r"xox[abposr]-[A-Za-z0-9-]{10,}"), boundary=True, shaped=True),
-    _Rule(
-        "aws access key",
-        re.compile(r"A(?:KIA|SIA|BIA|CCA)[0-9A-Z]{16}(?![0-9A-Za-z_])"),
-        boundary=True,
-        shaped=True,
-    ),
-    _Rule("google api key", re.compile(r"AIza[0-9A-Za-z_-]{35}"), boundary=True, shaped=True),
-    _Rule(
-        "private key",
-        re.compile(r"-----begin[a-z0-9 ]{0,40} private key(?: block)?-----"),
-        lower=True,
-    ),
-    # a key's base64 body pasted without its header: four or more 64-character lines
-    _Rule(
-        "private key body",
-        re.compile(r"(?m)^(?:[A-Za-z0-9+/]{64}[ \t]*\r?\n){4,}[A-Za-z0-9+/]{0,64}={0,2}"),
-    ),
-    # an AWS secret access key: exactly 40 characters, checked after the match (_aws_secret)
-    _Rule("aws secret key", re.compile(r"[A-Za-z0-9/+]{40,}")),
-    _Rule(
-        "bearer token",
-        re.compile(r"bearer[ \t]+([a-z0-9._~+/-]{16,}=*)"),
-        lower=True,
-        boundary=True,
-    ),
-    _Rule(
-        "json web token",
-        # (?<!…) after the literal keeps the prefix search and tries only token starts: a run
-        # of "eyJ" with no dot would otherwise be re-scanned from each of its positions
-        re.compile(
-            r"eyJ(?<![A-Za-z0-9_-]eyJ)[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"
-        ),
-        boundary=True,
-        shaped=True,
-    ),
-    _Rule("stripe key", re.compile(r"[rs]k_live_[0-9A-Za-z]{20,}"), boundary=True, shaped=True),
-    _Rule(
-        "credential assignment",
-        re.compile(
-            r"(?:password|passwd|pwd|secret|token|api_?key|access_?key|private_?key|auth_?key)"
-            r"[a-z0-9_.-]{0,40}['\"]?[ \t]*[=:][ \t]*['\"]?"
-            r"([^\s'\",;(){}\[\]<>]{8,200})(?=$|[\s'\",;])"
-        ),
-        lower=True,
-    ),
-    _Rule("password in URL", re.compile(r"://[^\s:@/]{1,100}:([^\s@/]{4,200})@")),
-)
-_SHAPED_RULES: Final = tuple(r for r in _SPAN_RULES if r.shaped)
 _AWS_CONTEXT: Final = re.compile(r"aws|secret|access.?key", re.IGNORECASE)
 _WORD_CHAR = re.compile(r"\w")
 _TOKEN_CHARS = "A-Za-z0-9+/=_-"
@@ -391,7 +299,7 @@ class SecretScanner:
         found = self._spans(text)
         joined, at, removed = _joined(text)
         if at:
-            for f in self._rule_spans(joined, _SHAPED_RULES):
+            for f in self._rule_spans(joined, SHAPED_RULES):
                 start = _original(f.start, at, removed, end=False)
                 stop = _original(f.end, at, removed, end=True)
                 if stop - start != f.end - f.start:
@@ -423,9 +331,9 @@ class SecretScanner:
         decode to a credential (kind prefixed with ``hex``), mapped back to the original."""
         found: list[Finding] = []
         for view, rules in (
-            (normalized(text), _SPAN_RULES),
-            (percent_decoded(text), _SPAN_RULES),
-            (despaced(text), _SHAPED_RULES),
+            (normalized(text), SPAN_RULES),
+            (percent_decoded(text), SPAN_RULES),
+            (despaced(text), SHAPED_RULES),
         ):
             if view is None:
                 continue
@@ -433,7 +341,7 @@ class SecretScanner:
                 start, end = view.original(f.start, f.end)
                 found.append(Finding(f.kind, start, end))
         for start, end, decoded in hex_runs(text):
-            inner = self._rule_spans(decoded, _SPAN_RULES)
+            inner = self._rule_spans(decoded, SPAN_RULES)
             if inner:
                 found.append(Finding(f"hex {inner[0].kind}", start, end))
         return found
@@ -476,7 +384,7 @@ class SecretScanner:
         return "".join(parts), tuple(f.kind for f in found)
 
     def _spans(self, text: str) -> list[Finding]:
-        found = self._rule_spans(text, _SPAN_RULES)
+        found = self._rule_spans(text, SPAN_RULES)
         # Lines with a credential word get every plugin; lines with only a long token run
         # skip the keyword plugin (three quarters of the plugins' time, and it needs a word).
         lines: dict[int, tuple[int, bool]] = {}
@@ -493,7 +401,7 @@ class SecretScanner:
             found.extend(self._plugin_spans(text, line_start, line_end, keyword=word))
         return found
 
-    def _rule_spans(self, text: str, rules: tuple[_Rule, ...]) -> list[Finding]:
+    def _rule_spans(self, text: str, rules: tuple[Rule, ...]) -> list[Finding]:
         found: list[Finding] = []
         lower = _lower(text)
         for rule in rules:
@@ -577,7 +485,7 @@ class SecretScanner:
                 yield str(self._entropy.secret_type), str(value)
 
     def _extra(self, text: str) -> str | None:
-        for kind, pattern in _EXTRA_RULES:
+        for kind, pattern in EXTRA_RULES:
             for match in pattern.finditer(text):
                 value = match.group(match.lastindex or 0)
                 if kind not in _NEEDS_MIXED or _looks_random(value.split()[-1]):
