@@ -7,7 +7,7 @@ import gc
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -16,6 +16,12 @@ from ctxledger.domain.errors import DecodeError
 from ctxledger.domain.events import Event
 from ctxledger.projections.batch import LiveFolds, fold_stream
 from ctxledger.projections.catalog import PROJECTIONS, Projection, ReadModels, read_models
+from ctxledger.projections.context_state import ContextStates
+from ctxledger.projections.generations import Generations
+from ctxledger.projections.inspector import InspectorState
+from ctxledger.projections.pool import Pool
+
+M = TypeVar("M", bound=msgspec.Struct)
 
 __all__ = [
     "ProjectionRunner",
@@ -133,11 +139,31 @@ class ProjectionRunner:
     def states(self, value: dict[str, Any]) -> None:
         self._live = LiveFolds(value, self.projections)
 
-    def model(self, name: str) -> Any:
+    def _typed(self, name: str, kind: type[M]) -> M:
         """One read model at ``position``: only that projection's open fold is frozen, so the
         others keep folding in place (reading the generations between recordings leaves the
         pool's drafts open)."""
-        return self._live.get(name)
+        return cast(M, self._live.get(name))
+
+    @property
+    def generations(self) -> Generations:
+        """The generations read model at ``position``."""
+        return self._typed("generations", Generations)
+
+    @property
+    def pool(self) -> Pool:
+        """The pool read model at ``position``."""
+        return self._typed("pool", Pool)
+
+    @property
+    def context_state(self) -> ContextStates:
+        """The context-state read model at ``position``."""
+        return self._typed("context_state", ContextStates)
+
+    @property
+    def inspector(self) -> InspectorState:
+        """The inspector read model at ``position``."""
+        return self._typed("inspector", InspectorState)
 
     @property
     def models(self) -> ReadModels:

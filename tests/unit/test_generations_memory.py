@@ -62,4 +62,4 @@ def test_saved_generations_grow_with_what_changed(tmp_path: Path) -> None:
     assert len(states["generations"].by_agent["a"].generations) >= 20
     assert len(saved[1]) * 5 < len(whole), (len(saved[1]), len(whole))  # ~9x at 240 turns
     with ContextEngine(open_ledger(url)) as reopened:
-        assert encode_state(reopened.runner.model("generations")) == whole
+        assert encode_state(reopened.runner.generations) == whole

@@ -1,0 +1,59 @@
+"""Usage: provider usage of the last model call, and a call that went through without any."""
+
+from __future__ import annotations
+
+from ctxledger.adapters.boundary import checked
+from ctxledger.adapters.engine.core import EngineCore
+from ctxledger.domain import events as ev
+from ctxledger.domain.turn_policy import decide_turn_succeeded
+from ctxledger.domain.usage import normalize_usage
+
+__all__ = ["Usage"]
+
+
+class Usage(EngineCore):
+    """``report_usage`` and ``turn_succeeded``."""
+
+    def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
+        """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call: a
+        mapping or the SDK's own usage object (``response.usage`` of anthropic or openai, an
+        openai-agents ``Usage``; see ``normalize_usage``); anything else raises
+        InvalidInputError and records nothing. The expected cached tokens scale the prompt's
+        tokens by the share of its bytes the previous prompt already held (both recorded on the
+        generation's last pack)."""
+        ag = self.agent(agent_id)
+        u = normalize_usage(usage)
+        gen = ag.current
+        expected = 0
+        if gen.builds:
+            expected = round(u.prompt_tokens * gen.expected_cached_bytes / (gen.prompt_bytes or 1))
+        event = ev.CacheUsageRecorded(
+            at=self._now(),
+            agent_id=agent_id,
+            generation=gen.number,
+            provider=u.provider,
+            input_tokens=u.input_tokens,
+            cache_read_tokens=u.cache_read_tokens,
+            cache_write_tokens=u.cache_write_tokens,
+            output_tokens=u.output_tokens,
+            expected_cached_tokens=expected,
+        )
+        self._append_agent(agent_id, lambda: [event])
+        return event
+
+    @checked
+    def turn_succeeded(self, agent_id: str) -> None:
+        """The last model call went through but there is no provider usage to report (e.g. a
+        simulated run): ends the turn's refresh count, as ``report_usage`` does."""
+        self.agent(agent_id)
+
+        def decide() -> list[ev.Event]:
+            ag = self.agent(agent_id)
+            return decide_turn_succeeded(
+                agent_id,
+                refresh_streak=ag.refresh_streak,
+                generation=ag.current.number,
+                now=self._now,
+            )
+
+        self._append_agent(agent_id, decide)
