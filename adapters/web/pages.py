@@ -24,6 +24,7 @@ from ctxledger.adapters.web.controls import (
     parse_memory_control,
 )
 from ctxledger.adapters.web.links import agent_url, generation_url, page_url, query_url
+from ctxledger.adapters.web.memory_view import memory_page
 from ctxledger.adapters.web.request_params import (
     agent_route,
     agent_sort,
@@ -202,7 +203,7 @@ class Pages:
 
     def memory(self, request: Request) -> Response:
         states, position = self.backend.states()
-        ctx = views.memory_page(states, self.catalog)
+        ctx = memory_page(states, self.catalog)
         return self.render(request, "memory.html", {**ctx, "page": "memory", "position": position})
 
     def stylesheet(self, _request: Request) -> Response:

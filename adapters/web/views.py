@@ -7,7 +7,6 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxledger.adapters.web.charts import (
@@ -29,12 +28,10 @@ from ctxledger.adapters.web.why import (
     sort_views,
 )
 from ctxledger.domain.errors import (
-    CtxLedgerError,
     InvalidInputError,
     UnknownAgentError,
     UnknownGenerationError,
 )
-from ctxledger.domain.memory import MEMORY_STATES, MemoryEntry
 from ctxledger.domain.model import AgentIdentity, Generation, Item, Layer, Source
 from ctxledger.projections.build_trace import SCORE_PARTS
 from ctxledger.projections.cache_stats import CacheStats, CacheTotals
@@ -58,7 +55,6 @@ __all__ = [
     "AgentNode",
     "AgentRow",
     "ItemExtra",
-    "MemoryListing",
     "Paging",
     "agent_page",
     "agents_page",
@@ -67,7 +63,6 @@ __all__ = [
     "generation_of",
     "generation_page",
     "item_page",
-    "memory_page",
     "paginate",
 ]
 
@@ -581,48 +576,3 @@ def cache_page(states: ReadModels, *, page: int = 1, per: int = DEFAULT_PER) -> 
             }
         )
     return {"overall": cache.overall, "agents": agents}
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class MemoryListing:
-    """The catalog's entries (read-only), or why there are none to show."""
-
-    status: str
-    detail: str = ""
-    entries: tuple[MemoryEntry, ...] = ()
-    counts: tuple[tuple[str, int], ...] = ()
-
-
-def list_catalog(path: Path | None) -> MemoryListing:
-    """Entries of the project-memory catalog at *path* through its public API, read only.
-
-    Never creates a catalog: a missing file is reported, not made."""
-    if path is None:
-        return MemoryListing(status="not_configured", detail="start the server with --catalog PATH")
-    try:
-        from ctxledger.adapters.memory_catalog import MemoryCatalog
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return MemoryListing(status="unavailable", detail="the memory catalog module is missing")
-    if not path.is_file():
-        return MemoryListing(status="missing", detail=f"no catalog file at {path}")
-    try:
-        with MemoryCatalog.open(path, intake=None) as catalog:
-            entries = tuple(catalog.list())
-    except (CtxLedgerError, OSError) as exc:
-        return MemoryListing(status="error", detail=str(exc)[:300])
-    except Exception as exc:  # sqlite3.Error and friends: show, never crash the page
-        return MemoryListing(status="error", detail=f"{type(exc).__name__}: {str(exc)[:300]}")
-    counts = tuple((s, sum(e.state == s for e in entries)) for s in MEMORY_STATES)
-    return MemoryListing(status="ok", entries=entries, counts=counts)
-
-
-def memory_page(states: ReadModels, catalog: Path | None) -> dict[str, Any]:
-    """Catalog entries and states, plus the promotions the ledger recorded."""
-    inspector: InspectorState = states.inspector
-    promotions = [
-        (agent_id, c)
-        for agent_id, ai in sorted(inspector.by_agent.items())
-        for c in ai.controls
-        if c.kind == "promote"
-    ]
-    return {"listing": list_catalog(catalog), "promotions": promotions}
