@@ -133,7 +133,7 @@ def wal_mode(conn: sqlite3.Connection, *, timeout: float) -> str:
     timeout, while another connection is switching or creating tables (two stores opened
     together on a new file), so the switch is retried until *timeout*. A file in WAL mode
     stays so: later opens only read the mode. Pauses: 1 ms doubling to 50 ms."""
-    # (imported here: the ledger package imports this module)
+    # imported on use: the ledger package imports this module at its top (a cycle otherwise)
     from ctxledger.adapters.ledger.retry import pause
 
     deadline = time.monotonic() + timeout

@@ -298,7 +298,8 @@ def _poll_pause(ahead: int, *, left: float) -> None:
     """The pause of a waiter *ahead* tickets from its turn before it reads the queue again:
     ``_POLL_NEXT_S`` for the next in line, else ``_POLL_PER_TICKET_S`` per ticket ahead; at
     most ``_POLL_MAX_S`` and never past its deadline (*left* seconds away)."""
-    from ctxledger.adapters.ledger.retry import pause  # (the ledger package imports this one)
+    # imported on use: the ledger package imports this module at its top (a cycle otherwise)
+    from ctxledger.adapters.ledger.retry import pause
 
     first = _POLL_NEXT_S if ahead <= 1 else _POLL_PER_TICKET_S * ahead
     pause(0, first=first, cap=min(_POLL_MAX_S, left))
@@ -379,7 +380,7 @@ class PgStreamLocks(StreamLocks):
     def _acquire(self, stream_id: str, deadline: float, timeout: float) -> Callable[[], None]:
         import psycopg
 
-        from ctxledger.adapters.ledger.retry import OUTAGE_PAUSE_S, pause  # (as in _poll_pause)
+        from ctxledger.adapters.ledger.retry import OUTAGE_PAUSE_S, pause  # (on use: a cycle)
 
         key = _key(self._namespace + stream_id)
         gone_at: float | None = None

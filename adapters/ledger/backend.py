@@ -23,6 +23,8 @@ with their original position, the kind of damage, the reason and when)."""
 
 
 class Backend(Protocol):
+    """A store as the ledger uses it: eventsourcing's recorder plus what it lacks."""
+
     recorder: ApplicationRecorder
     outages: bool
     """Whether the store can go away and come back (a server restart): a call that meets a
