@@ -28,6 +28,10 @@ LEDGER_TABLE: Final = "ctxledger_events"
 CATALOG_TABLE: Final = "memory"
 """The table every memory catalog has."""
 
+_WAL_FIRST_PAUSE_S = 0.001
+_WAL_MAX_PAUSE_S = 0.05
+"""The pauses between two tries of the switch to WAL mode (``wal_mode``)."""
+
 StoreKind = Literal["empty", "ledger", "catalog", "shared", "sqlite"]
 
 
@@ -128,14 +132,17 @@ def wal_mode(conn: sqlite3.Connection, *, timeout: float) -> str:
     SQLite refuses the switch with "database is locked" at once, without waiting out the busy
     timeout, while another connection is switching or creating tables (two stores opened
     together on a new file), so the switch is retried until *timeout*. A file in WAL mode
-    stays so: later opens only read the mode."""
+    stays so: later opens only read the mode. Pauses: 1 ms doubling to 50 ms."""
+    # imported on use: the ledger package imports this module at its top (a cycle otherwise)
+    from ctxledger.adapters.ledger.retry import pause
+
     deadline = time.monotonic() + timeout
-    delay = 0.001
+    attempt = 0
     while True:
         try:
             return str(conn.execute("PRAGMA journal_mode=WAL").fetchone()[0])
         except sqlite3.OperationalError as exc:
             if "locked" not in str(exc) or time.monotonic() > deadline:
                 raise
-        time.sleep(delay)
-        delay = min(delay * 2, 0.05)
+        pause(attempt, first=_WAL_FIRST_PAUSE_S, cap=_WAL_MAX_PAUSE_S)
+        attempt += 1

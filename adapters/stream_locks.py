@@ -136,6 +136,10 @@ _COUNTERS = struct.Struct("<QQQ")
 _MASK = (1 << 64) - 1
 _STALL_CHECK_S = 0.05
 """A waiter that sees the served ticket unchanged this long checks that its owner is alive."""
+_POLL_NEXT_S = 0.0002
+_POLL_PER_TICKET_S = 0.0005
+_POLL_MAX_S = 0.01
+"""A waiter's pauses between two reads of its queue (``_poll_pause``)."""
 
 
 class _SharedFile:
@@ -287,8 +291,18 @@ def _wait_turn(
                 since = now
         if now >= deadline:
             raise _timed_out(stream_id, timeout)
-        ahead = ticket - seen if seen >= 0 else 1
-        time.sleep(min(0.0002 if ahead <= 1 else 0.0005 * ahead, 0.01, deadline - now))
+        _poll_pause(ticket - seen if seen >= 0 else 1, left=deadline - now)
+
+
+def _poll_pause(ahead: int, *, left: float) -> None:
+    """The pause of a waiter *ahead* tickets from its turn before it reads the queue again:
+    ``_POLL_NEXT_S`` for the next in line, else ``_POLL_PER_TICKET_S`` per ticket ahead; at
+    most ``_POLL_MAX_S`` and never past its deadline (*left* seconds away)."""
+    # imported on use: the ledger package imports this module at its top (a cycle otherwise)
+    from ctxledger.adapters.ledger.retry import pause
+
+    first = _POLL_NEXT_S if ahead <= 1 else _POLL_PER_TICKET_S * ahead
+    pause(0, first=first, cap=min(_POLL_MAX_S, left))
 
 
 def _skip_abandoned(fd: int, queue: int, serving: int) -> None:
@@ -366,8 +380,11 @@ class PgStreamLocks(StreamLocks):
     def _acquire(self, stream_id: str, deadline: float, timeout: float) -> Callable[[], None]:
         import psycopg
 
+        from ctxledger.adapters.ledger.retry import OUTAGE_PAUSE_S, pause  # (on use: a cycle)
+
         key = _key(self._namespace + stream_id)
         gone_at: float | None = None
+        attempt = 0
         while True:
             conn: Any = None
             try:
@@ -386,7 +403,8 @@ class PgStreamLocks(StreamLocks):
                     raise LedgerUnavailableError(
                         f"PostgreSQL did not answer for {UNAVAILABLE_AFTER_S:.0f} s: {first}"
                     ) from exc
-                time.sleep(0.1)
+                pause(attempt, first=OUTAGE_PAUSE_S, cap=OUTAGE_PAUSE_S)
+                attempt += 1
             except Exception:
                 if conn is not None:
                     self._drop(conn)

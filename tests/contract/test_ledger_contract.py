@@ -215,7 +215,7 @@ def _damaged_log(path: Path, bad: int) -> tuple[str, list[ev.Event]]:
 def test_the_stream_takes_every_event_before_a_damaged_row_then_names_it(
     tmp_path: Path, bad: int, page: int
 ) -> None:
-    # The stream decodes runs of rows together (``_DECODE_RUN``: 64); a damaged row in a run,
+    # The stream decodes runs of rows together (``DECODE_RUN``: 64); a damaged row in a run,
     # at its edges or in a page of its own, still comes after every event before it.
     url, log = _damaged_log(tmp_path / "l.db", bad)
     taken: list[ev.Event] = []
