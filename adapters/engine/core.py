@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
@@ -15,6 +13,7 @@ import msgspec
 
 from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.ledger import Ledger, Recorded, stream_id_for
+from ctxledger.adapters.ledger.retry import pause
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.secret_scan import SecretScanner
 from ctxledger.adapters.tokens import default_counter
@@ -67,8 +66,9 @@ class BuildResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def pause_after_conflict(attempt: int) -> None:
-    """The one jittered backoff before deciding again after the *attempt*-th conflict."""
-    time.sleep(random.uniform(0, 0.002 * 2**attempt))
+    """The jittered backoff before deciding again after the *attempt*-th conflict (the
+    project's one backoff, ``adapters/ledger/retry.py``)."""
+    pause(attempt, first=0.002, jitter=True)
 
 
 class EngineCore:
