@@ -20,7 +20,8 @@ from typing import Any
 from bench.limit import limit_pipeline, raw_insert
 from bench.pools import BUDGET, START, make_pool, make_request, pool_tokens
 from bench.timing import fit_exponent, interleaved, nlogn_exponent, stats, timed
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.bootstrap import open_engine
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger, stream_id_for
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain.codec import encode_event
@@ -82,7 +83,7 @@ def _engine(n: int, repeat: int, max_seconds: float) -> dict[str, Any]:
     pool = make_pool(n)
     request = make_request(pool)
     with tempfile.TemporaryDirectory(prefix="ctxledger-bench-") as tmp:
-        engine = ContextEngine(
+        engine = open_engine(
             open_ledger(f"sqlite:///{Path(tmp) / 'ledger.db'}"),
             counter=default_counter(),
             clock=TickClock(request.now),

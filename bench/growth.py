@@ -10,7 +10,8 @@ import msgspec
 
 from bench.build_latency import TickClock
 from bench.pools import START, make_pool
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.bootstrap import open_engine
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain.codec import encode_event
 from ctxledger.domain.events import ContextPackBuilt, ItemRecorded
@@ -26,7 +27,7 @@ def run_growth(turns: int, *, budget: int = 32_000, window: int = 50) -> dict[st
     of the build events (Started, Built, Refreshed) and of the recorded items, for the first
     and the last *window* turns, beside what a full decision snapshot per build would take."""
     bodies = [i for i in make_pool(2 * turns + 8, seed=5) if not (i.pinned or i.mandatory)]
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger("memory://"),
         clock=TickClock(START),
         settings=EngineSettings(session_id="bench", save_every=10**9),

@@ -19,7 +19,8 @@ import msgspec
 from bench.build_latency import TickClock
 from bench.pools import START, make_pool
 from bench.timing import stats
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.bootstrap import open_engine
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import EVENTS_TABLE, open_ledger
 from ctxledger.adapters.projection_runner import replay_states
 from ctxledger.domain.codec import decode_event
@@ -52,7 +53,7 @@ def make_template(agents: int, turns: int, *, seed: int = 11) -> list[Row]:
     rng = random.Random(seed)
     source = make_pool(max(64, 2 * turns + 8), seed=seed)
     bodies = [i for i in source if not (i.pinned or i.mandatory)]
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger("memory://"),
         clock=TickClock(START),
         settings=EngineSettings(session_id="bench", save_every=10**9),

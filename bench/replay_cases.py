@@ -18,7 +18,7 @@ from typing import Any
 from bench.build_latency import TickClock
 from bench.pools import START, make_pool
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import PROJECTIONS_TABLE, open_ledger
 from ctxledger.adapters.projection_runner import replay_states
 from ctxledger.domain.model import AgentIdentity
@@ -74,7 +74,7 @@ def one_agent(total: int, log: Callable[[str], None] = lambda _m: None) -> dict[
     with tempfile.TemporaryDirectory(prefix="ctxledger-bench-") as tmp:
         path = Path(tmp) / "one-agent.db"
         url = f"sqlite:///{path}"
-        engine = ContextEngine(
+        engine = open_engine(
             open_ledger(url),
             clock=TickClock(START),
             settings=EngineSettings(session_id="bench", save_every=10**9),

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.importers import load_trajectory
 from ctxledger.adapters.secret_scan import SecretScanner
 from ctxledger.domain.model import AgentIdentity, Source
@@ -109,7 +109,7 @@ def _first(scanner: SecretScanner, text: str) -> object:
 def _record_ms(policy: str, texts: Sequence[str], repeat: int) -> float:
     best = float("inf")
     for _ in range(repeat):
-        with ContextEngine.open("memory://") as engine:
+        with open_engine("memory://") as engine:
             engine.register_agent(
                 AgentIdentity(agent_id="a", role="worker", budget=8000),
                 AgentSettings(secrets=policy),  # type: ignore[arg-type]

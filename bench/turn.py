@@ -28,6 +28,7 @@ from bench.build_latency import TickClock
 from bench.limit import raw_insert
 from bench.pools import BUDGET, make_pool, make_request
 from bench.timing import interleaved, stats
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.tokens import default_counter
@@ -40,7 +41,7 @@ AGENT = "bench"
 
 
 def _engine(path: Path, start: Any) -> ContextEngine:
-    return ContextEngine(
+    return open_engine(
         open_ledger(f"sqlite:///{path}"),
         counter=default_counter(),
         clock=TickClock(start),

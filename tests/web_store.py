@@ -7,8 +7,9 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.memory_catalog import MemoryCatalog
 from ctxledger.domain.model import AgentIdentity, Layer, Source
@@ -49,7 +50,7 @@ def build_engine_store(path: Path) -> EngineStore:
     (workspace / "auth" / "session.py").write_text("def refresh(): ...\n", encoding="utf-8")
     catalog = path.parent / "catalog.db"
     MemoryCatalog.open(catalog).close()
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(url), clock=SteppingClock(), settings=EngineSettings(session_id="web")
     )
     try:

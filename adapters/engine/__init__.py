@@ -14,8 +14,6 @@ One module per use case, each over the shared ``core.EngineCore`` (ledger, read 
 
 from __future__ import annotations
 
-from typing import Any
-
 from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.engine.controls import Controls
 from ctxledger.adapters.engine.core import BuildResult, EngineSettings
@@ -24,7 +22,6 @@ from ctxledger.adapters.engine.memory import Memory
 from ctxledger.adapters.engine.refresh import Refresh, TurnErrorOutcome
 from ctxledger.adapters.engine.render import Render
 from ctxledger.adapters.engine.usage import Usage
-from ctxledger.adapters.ledger import open_ledger
 
 __all__ = [
     "BuildResult",
@@ -37,12 +34,6 @@ __all__ = [
 
 class ContextEngine(Intake, Controls, Memory, Refresh, Render, Usage):
     """The context engine for one ledger (open it with ``adapters.bootstrap.open_engine``)."""
-
-    @classmethod
-    def open(cls, url: str, **kwargs: Any) -> ContextEngine:
-        """An engine over the ledger at *url* (read models load on first use); entry points
-        use ``adapters.bootstrap.open_engine``."""
-        return cls(open_ledger(url), **kwargs)
 
     def __enter__(self) -> ContextEngine:
         return self

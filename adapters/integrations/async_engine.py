@@ -5,7 +5,7 @@ asyncio never blocks its loop on a commit and the engine is never entered from t
 once (it is one writer; run several engines for parallel writers). ``render`` is pure and
 runs inline.
 
-    engine = AsyncContextEngine(ContextEngine.open("sqlite:///ledger.db"))
+    engine = AsyncContextEngine(open_engine("sqlite:///ledger.db"))
     await engine.record("worker-1", tool_output)
     result = await engine.build("worker-1", keywords=["auth"])
     request = engine.render(result, "anthropic", "claude-sonnet-4-5")

@@ -8,7 +8,7 @@ usage to the engine (``report_usage``). A context-limit error surfaces from ``Ru
 the SDK's ``BadRequestError``: pass it to ``engine.on_turn_error`` and run again.
 ``LedgerSession`` is a ``Session`` whose conversation history is the agent's pool.
 
-    engine = ContextEngine.open("sqlite:///ledger.db")
+    engine = open_engine("sqlite:///ledger.db")
     run_config = RunConfig(call_model_input_filter=ContextInputFilter(engine, "worker-1"))
     Runner.run_sync(agent, "Fix the failing test", run_config=run_config,
                     hooks=UsageHooks(engine, "worker-1"))

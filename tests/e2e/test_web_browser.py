@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.cli_inspect import read_states
-from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import Generation, Layer, Source
@@ -234,7 +234,7 @@ def test_pages_follow_a_process_that_is_still_writing(demo: Path, page: Page) ->
     with serving(demo) as base:
         page.goto(f"{base}/agents/{AGENT}")
         assert page.locator('table[data-testid="timeline"] tbody tr').count() == before
-        with ContextEngine.open(f"sqlite:///{demo / 'demo.db'}") as writer:
+        with open_engine(f"sqlite:///{demo / 'demo.db'}") as writer:
             writer.record(AGENT, "late observation", layer=Layer.L1, source=Source.TEST_RESULT)
             writer.rebuild(AGENT, reason="written while the inspector runs")
         page.reload()

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import BuildResult, ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
@@ -43,7 +44,7 @@ LONG = "Traceback (most recent call last):\n" + "".join(
 def built(tmp_path: Path) -> tuple[Path, BuildResult, dict[str, Any], ContextEngine]:
     """demo.db in *tmp_path* (the name ``serving`` serves) with one build over a pool larger
     than the budget; the build's result and its rendered Anthropic request."""
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(f"sqlite:///{tmp_path / 'demo.db'}"),
         counter=default_counter(),
         clock=SteppingClock(datetime(2026, 3, 1, tzinfo=UTC), timedelta(minutes=7)),
@@ -67,7 +68,7 @@ def built(tmp_path: Path) -> tuple[Path, BuildResult, dict[str, Any], ContextEng
     result = engine.build(AGENT, keywords=["auth", "timeout"], files=["src/auth/session.py"])
     request = engine.render(result, "anthropic", MODEL)
     engine.close()
-    reopened = ContextEngine(open_ledger(f"sqlite:///{tmp_path / 'demo.db'}"))
+    reopened = open_engine(open_ledger(f"sqlite:///{tmp_path / 'demo.db'}"))
     return tmp_path, result, dict(request), reopened
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.freshness import GitWorktreeProbe
@@ -32,7 +33,7 @@ def setup(tmp_path: Path) -> tuple[ContextEngine, MemoryCatalog, Path]:
         settings=RecallSettings(enabled=True),
         probe_for=lambda a: GitWorktreeProbe(a.workspace),
     )
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"),
         clock=SteppingClock(datetime(2026, 3, 1, tzinfo=UTC), timedelta(seconds=1)),
         settings=EngineSettings(session_id="s"),
@@ -132,7 +133,7 @@ def test_promotion_refuses_secrets_and_writes_nothing(
 
 
 def test_engine_without_catalog_refuses_promotion(tmp_path: Path) -> None:
-    engine = ContextEngine(open_ledger("memory://"), clock=SteppingClock())
+    engine = open_engine(open_ledger("memory://"), clock=SteppingClock())
     engine.register_agent(AgentIdentity(agent_id="a", role="primary", budget=100))
     item = engine.record("a", "x", layer=Layer.L2, source=Source.WORKER_FINDING)
     with pytest.raises(InvalidInputError, match="no project-memory catalog"):
@@ -172,7 +173,7 @@ def test_promotion_captures_the_command_and_the_commit_so_old_evidence_goes_stal
     )
     start = datetime(2026, 3, 1, tzinfo=UTC)
     clock = SteppingClock(start, timedelta(seconds=1))
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"),
         clock=clock,
         settings=EngineSettings(session_id="s"),

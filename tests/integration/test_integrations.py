@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from pytest_httpserver import HTTPServer
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.integrations.async_engine import AsyncContextEngine
@@ -39,7 +40,7 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def _engine(path: Path) -> ContextEngine:
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(f"sqlite:///{path}"),
         counter=default_counter(),
         clock=SteppingClock(NOW, timedelta(0)),  # a fixed time
@@ -276,7 +277,7 @@ def test_async_engine_runs_a_turn_from_an_event_loop(tmp_path: Path) -> None:
     assert OBJECTIVE in sent
     assert all(f"observation {k}: auth timeout" in sent for k in range(5))
     # closed by the context manager: its read models were saved and the worker stopped
-    reopened = ContextEngine(open_ledger(f"sqlite:///{tmp_path / 'async.db'}"))
+    reopened = open_engine(open_ledger(f"sqlite:///{tmp_path / 'async.db'}"))
     assert reopened.runner.ahead == 0
     assert len(reopened.pool(AGENT).items) == 6
     reopened.close()
@@ -335,7 +336,7 @@ def test_openai_agents_session_kept_in_the_ledger(tmp_path: Path, httpserver: HT
     ]
 
     # a new process: the session is the ledger's, not the first engine's memory
-    engine = ContextEngine(open_ledger(f"sqlite:///{path}"), clock=SteppingClock(NOW, timedelta(0)))
+    engine = open_engine(open_ledger(f"sqlite:///{path}"), clock=SteppingClock(NOW, timedelta(0)))
     session = LedgerSession(engine, AGENT, "chat-1")
     assert asyncio.run(session.get_items()) == first_turn
     assert asyncio.run(session.get_items(limit=2)) == first_turn[-2:]

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
@@ -37,7 +38,7 @@ def long_session(
     turns: int, budget: int, watermark: float, seed: int = 7
 ) -> tuple[list[str], ContextEngine]:
     rng = random.Random(seed)
-    e = ContextEngine(
+    e = open_engine(
         open_ledger("memory://"),
         clock=SteppingClock(),
         settings=EngineSettings(session_id="s", watermark=watermark),
@@ -87,7 +88,7 @@ def test_the_seed_hysteresis_alone_misses_the_target() -> None:
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_within_a_generation_each_prompt_extends_the_previous_one(seed: int) -> None:
     rng = random.Random(seed)
-    e = ContextEngine(
+    e = open_engine(
         open_ledger("memory://"), clock=SteppingClock(), settings=EngineSettings(session_id="s")
     )
     e.register_agent(AgentIdentity(agent_id="a", role="worker", task="t", budget=100_000))

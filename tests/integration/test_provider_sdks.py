@@ -22,8 +22,9 @@ import openai
 import pytest
 from pytest_httpserver import HTTPServer
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain.model import AgentIdentity, Layer, Source
@@ -38,7 +39,7 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 @pytest.fixture
 def engine(tmp_path: Path) -> Any:
-    eng = ContextEngine(
+    eng = open_engine(
         open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"),
         counter=default_counter(),
         clock=SteppingClock(NOW, timedelta(0)),  # a fixed time

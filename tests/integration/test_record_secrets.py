@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
@@ -35,7 +36,7 @@ def test_the_fixture_set_has_30_kinds_and_more() -> None:
 
 
 def _open(path: Path, policy: str) -> ContextEngine:
-    engine = ContextEngine.open(f"sqlite:///{path}", clock=SteppingClock(NOW))
+    engine = open_engine(f"sqlite:///{path}", clock=SteppingClock(NOW))
     engine.register_agent(
         AgentIdentity(agent_id=AGENT, role="worker", budget=8000),
         AgentSettings(secrets=policy),  # type: ignore[arg-type]
@@ -147,7 +148,7 @@ def test_the_policy_is_a_recorded_setting(tmp_path: Path) -> None:
             engine.configure(AGENT, secrets="shred")  # type: ignore[arg-type]
         engine.configure(AGENT, secrets="allow")
         assert not engine.record(AGENT, SECRET_CASES[3].text).redacted
-    with ContextEngine.open(f"sqlite:///{tmp_path / 'ledger.db'}") as reopened:
+    with open_engine(f"sqlite:///{tmp_path / 'ledger.db'}") as reopened:
         assert reopened.agent(AGENT).settings.secrets == "allow"
 
 
@@ -220,7 +221,7 @@ def test_simulate_redacts_secrets_in_an_imported_run(tmp_path: Path) -> None:
     report = simulate_trajectory(traj, budget=4000, store_url=f"sqlite:///{path}")
     assert report.objective_present == 1.0  # the redacted task is the one looked for
     assert report.latest_observation_present == 1.0
-    with ContextEngine.open(f"sqlite:///{path}") as engine:
+    with open_engine(f"sqlite:///{path}") as engine:
         (agent,) = engine.states.generations.by_agent
         redacted = [i for i in engine.pool(agent).items.values() if i.redacted]
         assert len(redacted) == len(cases) + 1

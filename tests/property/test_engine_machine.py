@@ -7,6 +7,7 @@ from hypothesis import event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import BuildResult, ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
@@ -43,7 +44,7 @@ class EngineMachine(RuleBasedStateMachine):
         strategy=st.sampled_from(strategy_names()),
     )
     def start(self, budget: int, strategy: str) -> None:
-        self.engine = ContextEngine(
+        self.engine = open_engine(
             open_ledger("memory://"),
             clock=SteppingClock(),
             settings=EngineSettings(session_id="s"),

@@ -27,6 +27,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger, stream_id_for
 from ctxledger.adapters.rederive import rederive
@@ -73,7 +74,7 @@ class RestartMachine(RuleBasedStateMachine):
         self.n = 0
 
     def _open(self, url: str) -> ContextEngine:
-        return ContextEngine(
+        return open_engine(
             open_ledger(url),
             counter=COUNTER,
             clock=self.clock,

@@ -10,8 +10,9 @@ import contextlib
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import replay_states
 from ctxledger.domain.errors import RefreshExhaustedError
@@ -48,7 +49,7 @@ errors = st.lists(
 @settings(max_examples=40)
 @given(errors)
 def test_stated_limits_never_ratchet_the_window(sequence: list[tuple[int, int, int, str]]) -> None:
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger("memory://"), clock=SteppingClock(), settings=EngineSettings(session_id="s")
     )
     engine.register_agent(AgentIdentity(agent_id=AGENT, role="primary", budget=BUDGET))

@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.bootstrap import open_engine
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain.model import AgentIdentity, Layer, Source
@@ -36,7 +37,7 @@ class SlowCounter:
 
 def build_writer(url: str, run: int, ready: Any) -> None:
     """Record and build until killed."""
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(url),
         counter=SlowCounter(default_counter()),
         settings=EngineSettings(session_id=SESSION),

@@ -12,6 +12,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.ledger import open_ledger
@@ -121,7 +122,7 @@ def run(db: str, agents: int, turns: int) -> dict[str, float | int]:
     clock = SteppingClock(datetime(2026, 1, 5, 9, 0, tzinfo=UTC), timedelta(milliseconds=250))
     started = time.perf_counter()
     totals = {"items": 0, "refreshes": 0, "rebuilds": 0, "controls": 0}
-    with ContextEngine(open_ledger(f"sqlite:///{db}"), clock=clock) as engine:
+    with open_engine(open_ledger(f"sqlite:///{db}"), clock=clock) as engine:
         ids = [f"agent-{a:03d}" for a in range(agents)]
         for a, agent_id in enumerate(ids):
             engine.register_agent(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.ledger import Recorded, open_ledger
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import ConflictError
@@ -157,7 +158,6 @@ def engine_worker(
     times each turn (wall seconds, waiting for the other writers included)."""
     try:
         from ctxledger.adapters.clock import SteppingClock
-        from ctxledger.adapters.engine import ContextEngine
         from ctxledger.domain.errors import ConflictError
 
         ledger = open_ledger(url)
@@ -175,7 +175,7 @@ def engine_worker(
         ledger.append = counting_append  # type: ignore[method-assign]
         clock = SteppingClock(AT, timedelta(milliseconds=10 + worker))
         recorded: list[str] = []
-        with ContextEngine(ledger, clock=clock) as engine:
+        with open_engine(ledger, clock=clock) as engine:
             barrier.wait(timeout=120)
             escaped = 0
 

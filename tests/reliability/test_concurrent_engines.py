@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.bootstrap import open_engine
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import replay_states
 from ctxledger.domain.events import ItemRecorded
@@ -44,7 +45,7 @@ def test_engines_in_several_processes_share_one_agent(
         if kind == "sqlite"
         else str(request.getfixturevalue("pg_url"))
     )
-    with ContextEngine(open_ledger(url)) as engine:
+    with open_engine(open_ledger(url)) as engine:
         engine.register_agent(AgentIdentity(agent_id=AGENT, role="worker", task="T-1"))
     started = time.monotonic()
     got = spawn_workers(

@@ -15,7 +15,8 @@ import time
 from multiprocessing.context import ForkContext, SpawnContext
 from pathlib import Path
 
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.bootstrap import open_engine
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger, stream_id_for
 from ctxledger.adapters.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
@@ -62,7 +63,7 @@ def test_builds_killed_mid_way_are_closed_as_interrupted(tmp_path: Path) -> None
             left_open.append(pending)
 
     # One last build from this process closes the last kill's open build, if any.
-    with ContextEngine.open(
+    with open_engine(
         url, counter=default_counter(), settings=EngineSettings(session_id=SESSION)
     ) as engine:
         engine.build(AGENT)

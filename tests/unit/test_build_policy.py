@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
@@ -417,7 +418,7 @@ def test_validate_settings_refuses_a_budget_no_event_can_hold(budget: int) -> No
 
 
 def _engine() -> ContextEngine:
-    return ContextEngine(
+    return open_engine(
         open_ledger("memory://"), clock=SteppingClock(), settings=EngineSettings(session_id="s")
     )
 

@@ -7,6 +7,7 @@ from typing import Any, cast
 import msgspec
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.controls import (
     Control,
@@ -143,7 +144,7 @@ def test_apply_control_calls_exactly_one_engine_method(
 
 
 def test_apply_control_appends_through_a_real_engine() -> None:
-    e = ContextEngine(
+    e = open_engine(
         open_ledger("memory://"), clock=SteppingClock(), settings=EngineSettings(session_id="s")
     )
     e.register_agent(AgentIdentity(agent_id="a", role="primary", task="fix auth", budget=2000))

@@ -12,8 +12,8 @@ import itertools
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
-from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.projection_runner import encode_state, replay_states
 from ctxledger.domain.model import AgentIdentity
@@ -23,7 +23,7 @@ def _drive(url: str, *, turns: int) -> None:
     """One agent recording a line and building with a 300-token budget every turn (a
     rebuild every few turns)."""
     clock = SteppingClock(datetime(2026, 1, 1, tzinfo=UTC), timedelta(milliseconds=10))
-    with ContextEngine(open_ledger(url), clock=clock) as engine:
+    with open_engine(open_ledger(url), clock=clock) as engine:
         engine.register_agent(AgentIdentity(agent_id="a", role="worker", task="T-1"))
         for turn in range(turns):
             engine.record("a", f"turn {turn}: output of `make test` " * 3)
@@ -61,5 +61,5 @@ def test_saved_generations_grow_with_what_changed(tmp_path: Path) -> None:
     whole = encode_state(states["generations"])
     assert len(states["generations"].by_agent["a"].generations) >= 20
     assert len(saved[1]) * 5 < len(whole), (len(saved[1]), len(whole))  # ~9x at 240 turns
-    with ContextEngine(open_ledger(url)) as reopened:
+    with open_engine(open_ledger(url)) as reopened:
         assert encode_state(reopened.runner.generations) == whole

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.logs import LOGGER, StructuredFormatter, configure_logging
 from ctxledger.domain import events as ev
@@ -34,7 +35,7 @@ CONTEXT_LIMIT = {
 
 @pytest.fixture
 def engine() -> Iterator[ContextEngine]:
-    with ContextEngine.open("memory://") as e:
+    with open_engine("memory://") as e:
         e.register_agent(AgentIdentity(agent_id=AGENT, role="primary", task="t", budget=4000))
         e.record(AGENT, "Fix the login timeout", layer=Layer.L1, source=Source.USER_REQUIREMENT)
         e.record(
@@ -258,7 +259,7 @@ def test_a_failed_build_is_a_warning_and_an_error_span(
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     monkeypatch.setattr(logs, "_tracer", lambda: provider.get_tracer(LOGGER))
     counter = _CounterThatBreaks()
-    with ContextEngine.open("memory://", counter=counter) as e:
+    with open_engine("memory://", counter=counter) as e:
         e.register_agent(AgentIdentity(agent_id=AGENT, role="primary", task="t", budget=4000))
         e.record(AGENT, "Fix the login timeout", layer=Layer.L1, source=Source.USER_REQUIREMENT)
         counter.broken = True
@@ -280,7 +281,7 @@ def test_builds_run_without_opentelemetry() -> None:
         "from ctxledger.adapters import logs\n"
         "from ctxledger.adapters.engine import ContextEngine\n"
         "from ctxledger.domain.model import AgentIdentity\n"
-        "e = ContextEngine.open('memory://')\n"
+        "e = open_engine('memory://')\n"
         "e.register_agent(AgentIdentity(agent_id='a', role='primary', task='t', budget=500))\n"
         "print(logs._tracer(), e.build('a').generation)\n"
     )

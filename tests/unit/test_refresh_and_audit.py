@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
@@ -27,7 +28,7 @@ AT = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def engine(budget: int = 2000) -> ContextEngine:
-    e = ContextEngine(
+    e = open_engine(
         open_ledger("memory://"), clock=SteppingClock(), settings=EngineSettings(session_id="s")
     )
     e.register_agent(AgentIdentity(agent_id="a", role="primary", task="fix auth", budget=budget))
@@ -305,7 +306,7 @@ def test_a_build_that_raises_records_its_lifecycle(
     error: type[BaseException], last: type[ev.EventBase]
 ) -> None:
     counter = _FlakyCounter()
-    e = ContextEngine(
+    e = open_engine(
         open_ledger("memory://"),
         counter=counter,
         clock=SteppingClock(),
@@ -339,7 +340,7 @@ def test_audit_reads_an_items_flags_from_its_first_recording_as_the_pool_does(
     """Observing an item again does not pin it (the pool keeps its first recording), so the
     audit does not call a later pack that keeps it dropped ``pinned_dropped``; a pinned first
     recording dropped is still one (the shape a random sweep of bad values found)."""
-    e = ContextEngine(
+    e = open_engine(
         open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"),
         clock=SteppingClock(),
         settings=EngineSettings(session_id="s"),

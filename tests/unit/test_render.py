@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import AgentIdentity, Durability, Item, Layer, Source
@@ -352,7 +353,7 @@ def test_no_breakpoint_below_the_minimum_cacheable_prefix() -> None:
 
 @pytest.fixture
 def engine() -> Any:
-    eng = ContextEngine.open("memory://")
+    eng = open_engine("memory://")
     eng.register_agent(
         AgentIdentity(agent_id="primary-1", role="primary", task="fix auth", budget=8000)
     )

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel, Field
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import AgentIdentity, Layer, Source
@@ -238,7 +239,7 @@ def test_sdk_usage_objects_normalise_like_their_dicts(
 
 @pytest.fixture
 def engine() -> Iterator[ContextEngine]:
-    eng = ContextEngine.open("memory://")
+    eng = open_engine("memory://")
     eng.register_agent(AgentIdentity(agent_id="a", role="primary", task="t", budget=4000))
     eng.record("a", "Fix the login timeout", layer=Layer.L1, source=Source.USER_REQUIREMENT)
     eng.build("a")

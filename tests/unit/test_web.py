@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.cli_inspect import read_states
-from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.web import create_app
 from ctxledger.adapters.web.access import access_for_bind
@@ -204,7 +204,7 @@ def test_pages_follow_events_appended_by_another_writer(
 ) -> None:
     before = client.get(f"/agents/{AGENT}").text
     assert 'data-generation="4"' not in before
-    with ContextEngine.open(store.url) as other:  # another writer on the same file
+    with open_engine(store.url) as other:  # another writer on the same file
         other.record(AGENT, "new observation", layer=Layer.L1, source=Source.TEST_RESULT)
         other.rebuild(AGENT, reason="from another process")
     after = client.get(f"/agents/{AGENT}").text
@@ -213,7 +213,7 @@ def test_pages_follow_events_appended_by_another_writer(
 
 
 def test_item_content_is_escaped(client: TestClient, store: EngineStore) -> None:
-    with ContextEngine.open(store.url) as other:
+    with open_engine(store.url) as other:
         other.record(AGENT, "<script>alert(1)</script>", layer=Layer.L1, source=Source.TOOL_LOG)
         other.rebuild(AGENT, reason="<b>bold</b>")
     html = client.get(f"/agents/{AGENT}/generations/4").text
@@ -611,7 +611,7 @@ def test_pages_and_controls_over_postgresql(pg_url: str) -> None:
     from ctxledger.adapters.engine import EngineSettings
     from ctxledger.domain.model import AgentIdentity
 
-    with ContextEngine.open(
+    with open_engine(
         pg_url, clock=SteppingClock(), settings=EngineSettings(session_id="pg")
     ) as engine:
         engine.register_agent(AgentIdentity(agent_id=AGENT, role="primary", budget=300))
@@ -633,7 +633,7 @@ def test_agents_list_sorts_each_level_and_keeps_workers_below_their_parent(
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path / 'agents.db'}"
-    engine = ContextEngine(open_ledger(url))
+    engine = open_engine(open_ledger(url))
     # roots with 1, 3 and 2 generations; two workers of "b-lead" with 2 and 1
     plan = {"a-lead": ("", 1), "b-lead": ("", 3), "c-lead": ("", 2), "w1": ("b-lead", 2),
             "w2": ("b-lead", 1)}  # fmt: skip

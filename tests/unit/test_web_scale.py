@@ -19,6 +19,7 @@ import msgspec
 import pytest
 from starlette.testclient import TestClient
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.cli_inspect import read_states
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
@@ -62,7 +63,7 @@ class Mixed:
 
 
 def engine_at(path: Path) -> ContextEngine:
-    return ContextEngine(
+    return open_engine(
         open_ledger(f"sqlite:///{path}"),
         clock=SteppingClock(),
         settings=EngineSettings(session_id="scale"),

@@ -17,9 +17,10 @@ from urllib.parse import quote
 import pytest
 from starlette.testclient import TestClient
 
+from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.cli_inspect import read_states
 from ctxledger.adapters.clock import SteppingClock
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.tokens import counter_named
 from ctxledger.adapters.web import create_app
@@ -329,7 +330,7 @@ def test_the_prompt_view_breakpoints_follow_the_renderer_on_a_long_prefix(
 ) -> None:
     """A SESSION above the model's minimum cacheable length gets a breakpoint on the page
     exactly when the renderer gives the engine's prompt one."""
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(store.url), clock=SteppingClock(), settings=EngineSettings(session_id="web")
     )
     try:
@@ -364,7 +365,7 @@ def test_the_prompt_view_breakpoints_follow_the_renderer_on_a_long_prefix(
 def test_a_prompt_with_an_unrecorded_user_input_says_it_cannot_be_rederived(
     store: EngineStore,
 ) -> None:
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(store.url), clock=SteppingClock(), settings=EngineSettings(session_id="web")
     )
     try:
@@ -404,7 +405,7 @@ def test_an_unknown_build_is_a_404(client: TestClient, pack: str) -> None:
 def test_an_unexpected_miss_links_to_the_builds_and_their_changed_segment(
     store: EngineStore,
 ) -> None:
-    engine = ContextEngine(
+    engine = open_engine(
         open_ledger(store.url), clock=SteppingClock(), settings=EngineSettings(session_id="web")
     )
     try:
