@@ -99,7 +99,7 @@ def _items_table(title: str, rows: tuple[ItemView, ...], *, excluded: bool = Fal
     return t
 
 
-def _print_view(view: ContextView) -> None:
+def print_view(view: ContextView) -> None:
     a = view.agent
     console.print(
         Text.assemble(
@@ -178,7 +178,7 @@ def inspect(
     if as_json:
         _json(view)
     else:
-        _print_view(view)
+        print_view(view)
 
 
 def generations(store: StoreOpt, agent: AgentOpt, as_json: JsonOpt = False) -> None:

@@ -170,13 +170,13 @@ def run_demo(
     if as_json:
         sys.stdout.write(json.dumps(summary, sort_keys=True) + "\n")
         return summary
-    from ctxledger.adapters.cli_inspect import _print_view, read_states
+    from ctxledger.adapters.cli_inspect import print_view, read_states
     from ctxledger.projections.inspector import inspect_agent
 
     with open_ledger(url) as ledger:
         states = read_states(ledger)
     console.rule("inspector · primary-1 (current generation)")
-    _print_view(inspect_agent(states, "primary-1"))
+    print_view(inspect_agent(states, "primary-1"))
     console.rule("next")
     console.print(f"{len(records)} events in {url} · audit: {violations or 'clean'}", markup=False)
     for cmd in (

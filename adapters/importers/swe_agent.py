@@ -122,18 +122,8 @@ def _steps_from_history(history: Sequence[Mapping[str, Any]], start: int) -> lis
     return steps
 
 
-def parse_swe_agent(data: Any, path: Path) -> Trajectory:
-    """Normalise a parsed SWE-agent ``.traj``; TrajectoryFormatError names what is wrong."""
-    if not isinstance(data, Mapping):
-        raise format_error(path, EXPECTED, f"the top level is a JSON {type(data).__name__}")
-    history = data.get("history", [])
-    traj = data.get("trajectory", [])
-    if not isinstance(history, list) or not all(isinstance(m, Mapping) for m in history):
-        raise format_error(path, EXPECTED, "'history' is not a list of message objects")
-    if not isinstance(traj, list):
-        raise format_error(path, EXPECTED, "'trajectory' is not a list")
-    info = as_mapping(data.get("info"))
-
+def _read_preamble(history: Sequence[Mapping[str, Any]]) -> tuple[list[str], str, int]:
+    """Role texts, the task and the index after the instance message, from ``history``."""
     role_texts: list[str] = []
     task = ""
     instance_at = len(history)
@@ -150,6 +140,48 @@ def parse_swe_agent(data: Any, path: Path) -> Trajectory:
                 role_texts.append(instructions)
             instance_at = i + 1
             break
+    return role_texts, task, instance_at
+
+
+def _step(n: int, entry: Mapping[str, Any], roots: tuple[str, ...]) -> Step:
+    """Normalise one recorded step of the trajectory into a Step."""
+    action = as_text(entry.get("action"))
+    observation = as_text(entry.get("observation"))
+    thought = as_text(entry.get("thought"))
+    response = as_text(entry.get("response"))
+    command = normalize_command(action)
+    flags = classify_step(action, observation)
+    text = response or (f"{thought}\n\n{action}" if thought else action)
+    return Step(
+        index=n,
+        thought=thought,
+        action=text.strip(),
+        observation=observation,
+        tool=command.split(" ", 1)[0] if command else "",
+        command=command,
+        failure=flags.failure,
+        test_failure=flags.test_failure,
+        test_run=flags.test_run,
+        file_view=flags.file_view,
+        truncated=flags.truncated,
+        files=extract_files(action, _open_file(entry), observation, roots=roots),
+        symbols=extract_symbols(thought, observation),
+    )
+
+
+def parse_swe_agent(data: Any, path: Path) -> Trajectory:
+    """Normalise a parsed SWE-agent ``.traj``; TrajectoryFormatError names what is wrong."""
+    if not isinstance(data, Mapping):
+        raise format_error(path, EXPECTED, f"the top level is a JSON {type(data).__name__}")
+    history = data.get("history", [])
+    traj = data.get("trajectory", [])
+    if not isinstance(history, list) or not all(isinstance(m, Mapping) for m in history):
+        raise format_error(path, EXPECTED, "'history' is not a list of message objects")
+    if not isinstance(traj, list):
+        raise format_error(path, EXPECTED, "'trajectory' is not a list")
+    info = as_mapping(data.get("info"))
+
+    role_texts, task, instance_at = _read_preamble(history)
     if not task:
         statement = info.get("problem_statement") or data.get("problem_statement")
         if isinstance(statement, str) and statement.strip():
@@ -171,32 +203,7 @@ def parse_swe_agent(data: Any, path: Path) -> Trajectory:
         raise format_error(path, EXPECTED, "the trajectory has no steps")
 
     roots = _workdir(traj)
-    steps = []
-    for n, entry in enumerate(raw_steps):
-        action = as_text(entry.get("action"))
-        observation = as_text(entry.get("observation"))
-        thought = as_text(entry.get("thought"))
-        response = as_text(entry.get("response"))
-        command = normalize_command(action)
-        flags = classify_step(action, observation)
-        text = response or (f"{thought}\n\n{action}" if thought else action)
-        steps.append(
-            Step(
-                index=n,
-                thought=thought,
-                action=text.strip(),
-                observation=observation,
-                tool=command.split(" ", 1)[0] if command else "",
-                command=command,
-                failure=flags.failure,
-                test_failure=flags.test_failure,
-                test_run=flags.test_run,
-                file_view=flags.file_view,
-                truncated=flags.truncated,
-                files=extract_files(action, _open_file(entry), observation, roots=roots),
-                symbols=extract_symbols(thought, observation),
-            )
-        )
+    steps = [_step(n, entry, roots) for n, entry in enumerate(raw_steps)]
     stats = as_mapping(info.get("model_stats"))
     recorded = {
         k: float(v)
