@@ -86,6 +86,39 @@ def _commands(msg: Mapping[str, Any]) -> tuple[list[str], str]:
     return commands, tool or ("bash" if commands else "")
 
 
+def _step_from_draft(n: int, d: Mapping[str, Any], roots: tuple[str, ...]) -> Step:
+    """Turn one drafted assistant turn (with its observations) into a Step."""
+    cmds: list[str] = d["commands"]
+    observation = "\n\n".join(d["observations"])
+    command_text = "\n".join(cmds)
+    codes: list[int] = d["exit_codes"]
+    exit_code = next((c for c in codes if c != 0), codes[0] if codes else None)
+    flags = classify_step(command_text, observation, exit_code=exit_code)
+    thought: str = d["thought"]
+    action = "\n\n".join(
+        [thought, *(f"```bash\n{c}\n```" for c in cmds if f"```bash\n{c}\n```" not in thought)]
+    ).strip()
+    usage: RecordedUsage | None = d["usage"]
+    return Step(
+        index=n,
+        thought=thought,
+        action=action,
+        observation=observation,
+        tool=d["tool"],
+        command=normalize_command(command_text),
+        exit_code=exit_code,
+        failure=flags.failure,
+        test_failure=flags.test_failure,
+        test_run=flags.test_run,
+        file_view=flags.file_view,
+        truncated=flags.truncated,
+        files=extract_files(command_text, observation, roots=roots),
+        symbols=extract_symbols(thought, observation),
+        usage=usage,
+        at=d["at"],
+    )
+
+
 def parse_mini_swe_agent(data: Any, path: Path) -> Trajectory:
     """Normalise a parsed mini-swe-agent trajectory; TrajectoryFormatError names the problem."""
     if not isinstance(data, Mapping):
@@ -141,39 +174,7 @@ def parse_mini_swe_agent(data: Any, path: Path) -> Trajectory:
     if not drafts:
         raise format_error(path, EXPECTED, "the trajectory has no steps (no assistant message)")
 
-    steps = []
-    for n, d in enumerate(drafts):
-        cmds: list[str] = d["commands"]
-        observation = "\n\n".join(d["observations"])
-        command_text = "\n".join(cmds)
-        codes: list[int] = d["exit_codes"]
-        exit_code = next((c for c in codes if c != 0), codes[0] if codes else None)
-        flags = classify_step(command_text, observation, exit_code=exit_code)
-        thought: str = d["thought"]
-        action = "\n\n".join(
-            [thought, *(f"```bash\n{c}\n```" for c in cmds if f"```bash\n{c}\n```" not in thought)]
-        ).strip()
-        usage: RecordedUsage | None = d["usage"]
-        steps.append(
-            Step(
-                index=n,
-                thought=thought,
-                action=action,
-                observation=observation,
-                tool=d["tool"],
-                command=normalize_command(command_text),
-                exit_code=exit_code,
-                failure=flags.failure,
-                test_failure=flags.test_failure,
-                test_run=flags.test_run,
-                file_view=flags.file_view,
-                truncated=flags.truncated,
-                files=extract_files(command_text, observation, roots=roots),
-                symbols=extract_symbols(thought, observation),
-                usage=usage,
-                at=d["at"],
-            )
-        )
+    steps = [_step_from_draft(n, d, roots) for n, d in enumerate(drafts)]
     stats = as_mapping(info.get("model_stats"))
     recorded = {
         k: float(v)
