@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     )
     from ctxledger.adapters.integrations.async_engine import AsyncContextEngine
     from ctxledger.adapters.ledger import Ledger, LossError, open_ledger
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
-    from ctxledger.adapters.project_memory import ProjectMemory
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
+    from ctxledger.adapters.memory.project import ProjectMemory
     from ctxledger.domain.errors import (
         ConflictError,
         CtxLedgerError,
@@ -83,8 +83,8 @@ _HOME = {
     "Ledger": "ctxledger.adapters.ledger",
     "LossError": "ctxledger.adapters.ledger",
     "open_ledger": "ctxledger.adapters.ledger",
-    "MemoryCatalog": "ctxledger.adapters.memory_catalog",
-    "ProjectMemory": "ctxledger.adapters.project_memory",
+    "MemoryCatalog": "ctxledger.adapters.memory.catalog",
+    "ProjectMemory": "ctxledger.adapters.memory.project",
     "ConflictError": "ctxledger.domain.errors",
     "CtxLedgerError": "ctxledger.domain.errors",
     "InvalidInputError": "ctxledger.domain.errors",

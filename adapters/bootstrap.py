@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import FROM_ENV, Ledger, open_ledger
-from ctxledger.adapters.memory_intake import MemoryIntake
-from ctxledger.adapters.project_memory import ProjectMemory
-from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.ledger.projection_runner import ProjectionRunner
+from ctxledger.adapters.memory.intake import MemoryIntake
+from ctxledger.adapters.memory.project import ProjectMemory
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain.ports import Clock, TokenCounter
 

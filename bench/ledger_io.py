@@ -22,7 +22,7 @@ from bench.timing import stats
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import EVENTS_TABLE, open_ledger
-from ctxledger.adapters.projection_runner import replay_states
+from ctxledger.adapters.ledger.projection_runner import replay_states
 from ctxledger.domain.codec import decode_event
 from ctxledger.domain.events import Event
 from ctxledger.domain.model import AgentIdentity, Item

@@ -30,8 +30,8 @@ from typing import Any
 from bench.pools import make_pool
 from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
 from ctxledger.adapters.importers.items import objective_item, role_items, step_items
-from ctxledger.adapters.prompt_quality import QualityTally, StepFacts
-from ctxledger.adapters.simulate import simulate_trajectory
+from ctxledger.adapters.simulation.prompt_quality import QualityTally, StepFacts
+from ctxledger.adapters.simulation.simulate import simulate_trajectory
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prefix import lcp_bytes
@@ -196,7 +196,7 @@ def _score(
 def _quality(
     t: Transcript, prompts: Sequence[str], tokens: Sequence[int], counter: TokenCounter
 ) -> dict[str, Any]:
-    """The prompt-quality measures of ``simulate`` (adapters/prompt_quality.py) over a peer's
+    """The prompt-quality measures of ``simulate`` (adapters/simulation/prompt_quality.py) over a peer's
     prompts. A peer's prompt is a sublist of the transcript's messages in their order, so
     its order faults are not measured (``None``): there is no block order to get wrong."""
     traj = t.trajectory

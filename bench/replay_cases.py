@@ -20,7 +20,7 @@ from bench.pools import START, make_pool
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import PROJECTIONS_TABLE, open_ledger
-from ctxledger.adapters.projection_runner import replay_states
+from ctxledger.adapters.ledger.projection_runner import replay_states
 from ctxledger.domain.model import AgentIdentity
 
 __all__ = ["cold_open", "one_agent"]

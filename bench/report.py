@@ -773,7 +773,7 @@ def _encryption(r: dict[str, Any]) -> str:
     ]
     return "\n".join(
         [
-            f"Content encryption (`adapters/content_seal.py`): {s['items']} tool outputs of about "
+            f"Content encryption (`adapters/security/content_seal.py`): {s['items']} tool outputs of about "
             f"2 KiB recorded into one agent on SQLite (a build every 20; {plain['events']} events), "
             "then a cold replay of the whole log through every projection, plain beside "
             f"encrypted; medians of {s['repeat']} alternating runs (`bench/encryption_cost.py`).",

@@ -15,7 +15,7 @@ import msgspec
 from bench.ledger_io import Row, append_batched, rate, replay_ledger
 from bench.timing import peak_rss_mb, rss_mb
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import encode_state, replay_states
+from ctxledger.adapters.ledger.projection_runner import encode_state, replay_states
 from ctxledger.domain.events import Event
 
 __all__ = ["child_replay", "replay_in_child", "run_postgres"]

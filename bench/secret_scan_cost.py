@@ -12,7 +12,7 @@ from typing import Any
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.importers import load_trajectory
-from ctxledger.adapters.secret_scan import SecretScanner
+from ctxledger.adapters.security.secret_scan import SecretScanner
 from ctxledger.domain.model import AgentIdentity, Source
 from ctxledger.domain.settings import AgentSettings
 

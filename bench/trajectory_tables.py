@@ -71,7 +71,7 @@ def _frontier() -> str:
     sys.path.insert(0, str(ROOT))
     from bench.peers import _append_only, _langchain, _score, langchain_available, transcript_of
     from ctxledger.adapters.importers import load_trajectory
-    from ctxledger.adapters.simulate import simulate_trajectory
+    from ctxledger.adapters.simulation.simulate import simulate_trajectory
     from ctxledger.adapters.tokens import default_counter
     from ctxledger.domain.settings import DEFAULT_WATERMARK
 

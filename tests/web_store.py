@@ -11,7 +11,7 @@ from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.memory.catalog import MemoryCatalog
 from ctxledger.domain.model import AgentIdentity, Layer, Source
 from ctxledger.domain.prompt import PromptParts
 

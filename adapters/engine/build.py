@@ -11,7 +11,7 @@ from typing import Literal
 
 import msgspec
 
-from ctxledger.adapters.boundary import checked
+from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.core import BuildResult, EngineCore, log, pause_after_conflict
 from ctxledger.adapters.ledger import Recorded
 from ctxledger.adapters.logs import build_span

@@ -7,7 +7,7 @@ could be undone by a writer that pinned, removed or replaced the item in between
 
 from __future__ import annotations
 
-from ctxledger.adapters.boundary import checked
+from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.core import EngineCore
 from ctxledger.domain.controls_policy import decide_pin, decide_remove, decide_unpin, decide_verify
 

@@ -13,9 +13,9 @@ import msgspec
 
 from ctxledger.adapters.clock import SystemClock
 from ctxledger.adapters.ledger import Ledger, Recorded, stream_id_for
+from ctxledger.adapters.ledger.projection_runner import ProjectionRunner
 from ctxledger.adapters.ledger.retry import pause
-from ctxledger.adapters.projection_runner import ProjectionRunner
-from ctxledger.adapters.secret_scan import SecretScanner
+from ctxledger.adapters.security.secret_scan import SecretScanner
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
 from ctxledger.domain.build_policy import BuildQuery, Overrides, resolve_request
@@ -32,7 +32,7 @@ from ctxledger.projections.pool import AgentPool
 from ctxledger.projections.turn_memo import TurnMemo
 
 if TYPE_CHECKING:  # the memory subsystem (catalog, pydantic schemas) loads with a ProjectMemory
-    from ctxledger.adapters.project_memory import ProjectMemory
+    from ctxledger.adapters.memory.project import ProjectMemory
 
 __all__ = ["BuildResult", "EngineCore", "EngineSettings", "log", "pause_after_conflict"]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from ctxledger.adapters.boundary import checked
+from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.core import EngineCore
 from ctxledger.adapters.ledger import stream_id_for
 from ctxledger.domain import events as ev

@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from ctxledger.adapters.boundary import checked
+from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.core import EngineCore
 from ctxledger.domain import events as ev
 from ctxledger.domain.compression import compress_report
@@ -68,7 +68,7 @@ class Memory(EngineCore):
         memory = self._require_memory()
         item = self._known_item(agent_id, item_id)
         event = memory.promote(self.agent(agent_id).agent, item, now=self._now())
-        from ctxledger.adapters.project_memory import memory_stream
+        from ctxledger.adapters.memory.project import memory_stream
 
         self._append_memory(memory_stream(event.partition), event)
         return event.memory_id

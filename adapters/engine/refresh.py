@@ -8,7 +8,7 @@ from typing import Literal
 
 import msgspec
 
-from ctxledger.adapters.boundary import checked
+from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.build import BuildProtocol
 from ctxledger.adapters.engine.core import BuildResult, log
 from ctxledger.domain import events as ev

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ctxledger.adapters.boundary import checked
+from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.core import EngineCore
 from ctxledger.domain import events as ev
 from ctxledger.domain.turn_policy import decide_turn_succeeded

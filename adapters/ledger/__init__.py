@@ -28,9 +28,9 @@ from ctxledger.adapters.ledger.head import (
     read_head_record,
     write_head_file,
 )
+from ctxledger.adapters.ledger.locks import UNAVAILABLE_AFTER_S
 from ctxledger.adapters.ledger.opening import FROM_ENV, open_ledger
 from ctxledger.adapters.ledger.quarantine import Quarantined
-from ctxledger.adapters.stream_locks import UNAVAILABLE_AFTER_S
 from ctxledger.domain.errors import LedgerUnavailableError
 
 __all__ = [

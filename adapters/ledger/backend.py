@@ -8,10 +8,10 @@ from typing import Any, Protocol
 
 from eventsourcing.persistence import ApplicationRecorder
 
-from ctxledger.adapters.key_table import KeyTable
 from ctxledger.adapters.ledger.head import HeadRecord
-from ctxledger.adapters.store_files import LEDGER_TABLE
-from ctxledger.adapters.stream_locks import StreamLocks
+from ctxledger.adapters.ledger.locks import StreamLocks
+from ctxledger.adapters.ledger.store_files import LEDGER_TABLE
+from ctxledger.adapters.security.key_table import KeyTable
 
 __all__ = ["EVENTS_TABLE", "PROJECTIONS_TABLE", "QUARANTINE_TABLE", "Backend", "NoHeadFile"]
 
@@ -46,7 +46,7 @@ class Backend(Protocol):
     def load_projection(self, name: str) -> tuple[int, bytes] | None: ...
 
     def stream_locks(self) -> StreamLocks:
-        """The per-stream writer locks of this store (see ``adapters/stream_locks.py``)."""
+        """The per-stream writer locks of this store (see ``adapters/ledger/locks.py``)."""
         ...
 
     def save_projections(self, states: dict[str, bytes], position: int) -> None: ...

@@ -23,12 +23,11 @@ from typing import Any
 
 from eventsourcing.persistence import IntegrityError, StoredEvent
 
-from ctxledger.adapters.content_seal import Keyring
-from ctxledger.adapters.key_table import KeyTable
 from ctxledger.adapters.ledger.backend import PROJECTIONS_TABLE, Backend
 from ctxledger.adapters.ledger.decoding import EventStream, decode_row
 from ctxledger.adapters.ledger.head import HeadRecord, Loss
 from ctxledger.adapters.ledger.integrity import open_snapshot, seal_snapshot, stored_bytes
+from ctxledger.adapters.ledger.locks import DEFAULT_TIMEOUT_S, UNAVAILABLE_AFTER_S, StreamLocks
 from ctxledger.adapters.ledger.quarantine import (
     Quarantined,
     damaged_streams,
@@ -40,7 +39,8 @@ from ctxledger.adapters.ledger.retry import (
     pause,
     retry_unavailable,
 )
-from ctxledger.adapters.stream_locks import DEFAULT_TIMEOUT_S, UNAVAILABLE_AFTER_S, StreamLocks
+from ctxledger.adapters.security.content_seal import Keyring
+from ctxledger.adapters.security.key_table import KeyTable
 from ctxledger.domain.chain import chain_start, link, with_prev
 from ctxledger.domain.codec import encode_read_back
 from ctxledger.domain.errors import (

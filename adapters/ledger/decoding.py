@@ -14,7 +14,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from ctxledger.adapters.content_seal import Keyring
+from ctxledger.adapters.security.content_seal import Keyring
 from ctxledger.domain.codec import decode_event
 from ctxledger.domain.errors import StoredRowError
 from ctxledger.domain.events import EVENT_TYPES, Event

@@ -16,8 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ctxledger.adapters.ledger.store_files import store_kind
 from ctxledger.adapters.ledger.urls import SQLITE_PREFIX
-from ctxledger.adapters.store_files import store_kind
 from ctxledger.domain.errors import CtxLedgerError, StoreKindError
 
 __all__ = [

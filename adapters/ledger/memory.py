@@ -10,9 +10,9 @@ from typing import Any
 from eventsourcing.persistence import ApplicationRecorder
 from eventsourcing.popo import POPOApplicationRecorder
 
-from ctxledger.adapters.key_table import KeyTable, MemoryKeyTable
 from ctxledger.adapters.ledger.backend import NoHeadFile
-from ctxledger.adapters.stream_locks import LocalStreamLocks, StreamLocks
+from ctxledger.adapters.ledger.locks import LocalStreamLocks, StreamLocks
+from ctxledger.adapters.security.key_table import KeyTable, MemoryKeyTable
 from ctxledger.domain.errors import StoreURLError
 
 __all__ = ["MemoryBackend"]

@@ -7,14 +7,14 @@ from typing import Any
 
 from eventsourcing.persistence import PersistenceError
 
-from ctxledger.adapters.content_seal import Keyring, MasterKeyError, master_key_from_env
 from ctxledger.adapters.ledger.core import Ledger
 from ctxledger.adapters.ledger.head import ACCEPT_HINT, LossError, refuse_emptied
 from ctxledger.adapters.ledger.memory import MemoryBackend
 from ctxledger.adapters.ledger.postgres import PostgresBackend
 from ctxledger.adapters.ledger.sqlite import SQLiteBackend
+from ctxledger.adapters.ledger.store_files import check_ledger_file
 from ctxledger.adapters.ledger.urls import redact, sqlite_file, store_scheme
-from ctxledger.adapters.store_files import check_ledger_file
+from ctxledger.adapters.security.content_seal import Keyring, MasterKeyError, master_key_from_env
 from ctxledger.domain.errors import LedgerUnavailableError, StoreURLError
 
 __all__ = ["FROM_ENV", "open_ledger"]

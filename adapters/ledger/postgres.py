@@ -19,15 +19,15 @@ from eventsourcing.persistence import (
     StoredEvent,
 )
 
-from ctxledger.adapters.key_table import KeyTable, PgKeyTable
 from ctxledger.adapters.ledger.backend import (
     EVENTS_TABLE,
     PROJECTIONS_TABLE,
     QUARANTINE_TABLE,
     NoHeadFile,
 )
+from ctxledger.adapters.ledger.locks import UNAVAILABLE_AFTER_S, PgStreamLocks, StreamLocks
 from ctxledger.adapters.ledger.urls import redact
-from ctxledger.adapters.stream_locks import UNAVAILABLE_AFTER_S, PgStreamLocks, StreamLocks
+from ctxledger.adapters.security.key_table import KeyTable, PgKeyTable
 from ctxledger.domain.errors import LedgerUnavailableError, StoreKindError, StoreURLError
 
 __all__ = ["PG_CHUNK", "PostgresBackend", "chunked_recorder", "conninfo_of"]

@@ -12,11 +12,11 @@ from typing import Any
 from eventsourcing.persistence import ApplicationRecorder, OperationalError
 from eventsourcing.sqlite import SQLiteApplicationRecorder, SQLiteDatastore
 
-from ctxledger.adapters.key_table import KeyTable, SQLiteKeyTable
 from ctxledger.adapters.ledger.backend import EVENTS_TABLE, PROJECTIONS_TABLE, QUARANTINE_TABLE
 from ctxledger.adapters.ledger.head import HeadRecord, head_file, read_head_record, write_head_file
-from ctxledger.adapters.store_files import read_only_uri, wal_mode
-from ctxledger.adapters.stream_locks import FileStreamLocks, StreamLocks
+from ctxledger.adapters.ledger.locks import FileStreamLocks, StreamLocks
+from ctxledger.adapters.ledger.store_files import read_only_uri, wal_mode
+from ctxledger.adapters.security.key_table import KeyTable, SQLiteKeyTable
 
 __all__ = ["SQLiteBackend", "use_wal"]
 

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.controls import apply_control
 from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.engine.manual_controls import apply_control
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.memory_catalog import MemoryCatalog
-from ctxledger.adapters.project_memory import ProjectMemory
-from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.ledger.projection_runner import ProjectionRunner
+from ctxledger.adapters.memory.catalog import MemoryCatalog
+from ctxledger.adapters.memory.project import ProjectMemory
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.adapters.web import why
 from ctxledger.adapters.web.controls import ControlForm, FormError, check_item, control_of

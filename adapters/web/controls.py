@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Final
 from urllib.parse import parse_qs, urlsplit
 
-from ctxledger.adapters.controls import (
+from ctxledger.adapters.engine.manual_controls import (
     Control,
     Pin,
     Promote,

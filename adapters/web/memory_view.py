@@ -32,7 +32,7 @@ def list_catalog(path: Path | None) -> MemoryListing:
     if path is None:
         return MemoryListing(status="not_configured", detail="start the server with --catalog PATH")
     try:
-        from ctxledger.adapters.memory_catalog import MemoryCatalog
+        from ctxledger.adapters.memory.catalog import MemoryCatalog
     except ImportError:  # pragma: no cover - the module ships with the package
         return MemoryListing(status="unavailable", detail="the memory catalog module is missing")
     if not path.is_file():

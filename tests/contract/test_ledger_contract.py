@@ -13,7 +13,11 @@ from eventsourcing.persistence import StoredEvent
 from hypothesis import HealthCheck, given, settings
 
 from ctxledger.adapters.ledger import Ledger, Recorded, open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
+from ctxledger.adapters.ledger.projection_runner import (
+    ProjectionRunner,
+    encode_state,
+    replay_states,
+)
 from ctxledger.adapters.testing import events
 from ctxledger.domain import events as ev
 from ctxledger.domain.codec import encode_event

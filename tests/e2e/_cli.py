@@ -9,7 +9,7 @@ from pathlib import Path
 
 __all__ = ["CLI", "run"]
 
-CLI = [sys.executable, "-m", "ctxledger.adapters.cli"]
+CLI = [sys.executable, "-m", "ctxledger.adapters.cli.main"]
 
 
 def run(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:

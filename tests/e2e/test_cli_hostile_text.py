@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.cli_tables import visible
+from ctxledger.adapters.cli.tables import visible
 from ctxledger.domain.model import AgentIdentity
 from tests.e2e.test_cli_errors import ctxledger
 

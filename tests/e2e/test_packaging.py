@@ -33,7 +33,7 @@ NOT_AT_STARTUP = (
     "tiktoken",  # the tokenizer loads with the first counter
     "opentelemetry",  # the build span's tracer loads with the first build
     "ctxledger.adapters.engine",
-    "ctxledger.adapters.memory_schema",
+    "ctxledger.adapters.memory.schema",
     "ctxledger.adapters.web",
 )
 
@@ -73,7 +73,7 @@ def test_help_imports_no_extra_and_no_heavy_library(tmp_path: Path) -> None:
     assert "replay" in out.stdout
     imported = _imported(out.stderr)
     # the import list is real: the CLI and typer are in it
-    assert {"ctxledger.adapters.cli", "typer", "ctxledger.adapters.cli_serve"} <= imported
+    assert {"ctxledger.adapters.cli.main", "typer", "ctxledger.adapters.cli.serve"} <= imported
     loaded = [m for m in NOT_AT_STARTUP if _loaded(imported, m)]
     assert loaded == [], f"`ctxledger --help` imported {loaded}"
 
@@ -81,7 +81,7 @@ def test_help_imports_no_extra_and_no_heavy_library(tmp_path: Path) -> None:
 def test_engine_import_leaves_the_memory_subsystem_and_scanner_unloaded() -> None:
     code = (
         "import sys, ctxledger.adapters.engine\n"
-        "mods = ('ctxledger.adapters.memory_catalog', 'ctxledger.adapters.project_memory',"
+        "mods = ('ctxledger.adapters.memory.catalog', 'ctxledger.adapters.memory.project',"
         " 'detect_secrets', 'psycopg', 'starlette')\n"
         "print(','.join(m for m in mods if m in sys.modules))\n"
     )
@@ -110,7 +110,7 @@ def test_serve_without_the_web_extra_is_one_line(missing: str, tmp_path: Path) -
     db = tmp_path / "l.db"
     out = _run_without(
         missing,
-        "from ctxledger.adapters.cli import main\n"
+        "from ctxledger.adapters.cli.main import main\n"
         f"raise SystemExit(main(['serve', '--store', 'sqlite:///{db}', '--port', '0']))\n",
     )
     assert out.returncode == 1, out.stderr

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.cli_inspect import read_states
+from ctxledger.adapters.cli.inspect import read_states
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import Generation, Layer, Source

@@ -9,7 +9,7 @@ from pathlib import Path
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
-from ctxledger.adapters.rederive import rederive
+from ctxledger.adapters.engine.rederive import rederive
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import AgentIdentity, Layer, Source
 from ctxledger.projections.audit import audit

@@ -11,10 +11,10 @@ import pytest
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
-from ctxledger.adapters.freshness import GitWorktreeProbe
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.memory_catalog import MemoryCatalog
-from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.adapters.memory.catalog import MemoryCatalog
+from ctxledger.adapters.memory.freshness import GitWorktreeProbe
+from ctxledger.adapters.memory.project import ProjectMemory
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError, MemoryIntakeError
 from ctxledger.domain.model import AgentIdentity, Layer, Source

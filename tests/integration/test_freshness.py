@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxledger.adapters.freshness import GitWorktreeProbe
-from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.memory.catalog import MemoryCatalog
+from ctxledger.adapters.memory.freshness import GitWorktreeProbe
 from ctxledger.domain.memory import CommandEvidence, Evidence, FileEvidence, MemoryEntry
 from ctxledger.domain.recall import RecallSettings, recall
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxledger.adapters.catalog_store import CatalogStore, connect_catalog
-from ctxledger.adapters.memory_catalog import GUARD_TRIGGERS, MemoryCatalog
+from ctxledger.adapters.memory.catalog import GUARD_TRIGGERS, MemoryCatalog
+from ctxledger.adapters.memory.store import CatalogStore, connect_catalog
 from ctxledger.domain.errors import (
     IntakeMissingError,
     InvalidInputError,

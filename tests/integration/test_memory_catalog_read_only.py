@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.memory.catalog import MemoryCatalog
 from ctxledger.domain.errors import IntakeMissingError, InvalidInputError, StoreKindError
 
 

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxledger.adapters.catalog_store import CatalogStore, connect_catalog
-from ctxledger.adapters.memory_catalog import GUARD_TRIGGERS, MemoryCatalog
+from ctxledger.adapters.memory.catalog import GUARD_TRIGGERS, MemoryCatalog
+from ctxledger.adapters.memory.store import CatalogStore, connect_catalog
 from ctxledger.domain.errors import ProtectedTableError
 from ctxledger.domain.memory import CommandEvidence, ErasureReport, Evidence, FileEvidence
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from ctxledger.adapters.engine.rederive import rederive
 from ctxledger.adapters.importers import load_trajectory
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.rederive import rederive
-from ctxledger.adapters.simulate import simulate_trajectory
+from ctxledger.adapters.simulation.simulate import simulate_trajectory
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
 from ctxledger.domain.strategies import BASELINES, strategy_names

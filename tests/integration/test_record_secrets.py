@@ -16,9 +16,9 @@ from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine
 from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
-from ctxledger.adapters.secret_scan import SecretScanner
-from ctxledger.adapters.simulate import simulate_trajectory
-from ctxledger.adapters.store_files import LEDGER_TABLE
+from ctxledger.adapters.ledger.store_files import LEDGER_TABLE
+from ctxledger.adapters.security.secret_scan import SecretScanner
+from ctxledger.adapters.simulation.simulate import simulate_trajectory
 from ctxledger.domain import events as ev
 from ctxledger.domain.codec import decode_event, encode_event
 from ctxledger.domain.errors import InvalidInputError, SecretRefusedError

@@ -1,4 +1,4 @@
-"""``audit --rederive`` (adapters/rederive.py): a real engine's builds under several strategies
+"""``audit --rederive`` (adapters/engine/rederive.py): a real engine's builds under several strategies
 all re-derive; copies of its log with one fact tampered with are caught — a changed selection
 hash or decision is a mismatch naming the agent, generation, pack and first differing item; a
 build of another planner version or without a recorded request is *not re-derivable*, never
@@ -16,8 +16,8 @@ import pytest
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import EngineSettings
+from ctxledger.adapters.engine.rederive import first_difference, rederive
 from ctxledger.adapters.ledger import Ledger, Recorded, open_ledger
-from ctxledger.adapters.rederive import first_difference, rederive
 from ctxledger.domain import events as ev
 from ctxledger.domain.generation_policy import PLANNER_VERSION
 from ctxledger.domain.model import AgentIdentity, Decision, Layer, Source, selection_hash

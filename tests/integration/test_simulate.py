@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ctxledger.adapters.cli import main
-from ctxledger.adapters.simulate import SimulationReport, compare, simulate
+from ctxledger.adapters.cli.main import main
+from ctxledger.adapters.simulation.simulate import SimulationReport, compare, simulate
 from ctxledger.domain.strategies import BASELINES, strategy_names
 
 FILES = (

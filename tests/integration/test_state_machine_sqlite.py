@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import settings
 
 from ctxledger.adapters.ledger import Ledger, open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner, replay_states
+from ctxledger.adapters.ledger.projection_runner import ProjectionRunner, replay_states
 from ctxledger.adapters.testing import ContextStateMachine
 from ctxledger.domain import events as ev
 from ctxledger.projections.catalog import read_models

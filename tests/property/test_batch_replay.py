@@ -15,9 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.console import Console
 
-from ctxledger.adapters.demo import run_demo
+from ctxledger.adapters.cli.demo import run_demo
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
+from ctxledger.adapters.ledger.projection_runner import (
+    ProjectionRunner,
+    encode_state,
+    replay_states,
+)
 from ctxledger.adapters.testing import events
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import AgentIdentity

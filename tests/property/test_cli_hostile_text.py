@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.cli import main
-from ctxledger.adapters.cli_tables import DISPLAY_LIMIT, visible
+from ctxledger.adapters.cli.main import main
+from ctxledger.adapters.cli.tables import DISPLAY_LIMIT, visible
 from ctxledger.domain.model import AgentIdentity
 
 HOSTILE: Final = (

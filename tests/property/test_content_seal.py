@@ -21,8 +21,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxledger.adapters.content_seal import SEALED_PREFIX, Keyring, MasterKeyError
-from ctxledger.adapters.key_table import MemoryKeyTable
+from ctxledger.adapters.security.content_seal import SEALED_PREFIX, Keyring, MasterKeyError
+from ctxledger.adapters.security.key_table import MemoryKeyTable
 from ctxledger.adapters.testing import events
 from ctxledger.domain import events as ev
 from ctxledger.domain.codec import encode_event
@@ -227,7 +227,7 @@ def test_an_erase_needs_a_reason() -> None:
 
 
 def test_a_master_key_must_be_32_bytes_of_base64(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ctxledger.adapters.content_seal import master_key_from_env
+    from ctxledger.adapters.security.content_seal import master_key_from_env
 
     monkeypatch.setenv("CTXLEDGER_MASTER_KEY", base64.b64encode(b"short").decode())
     with pytest.raises(MasterKeyError, match="5 bytes"):

@@ -10,9 +10,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import BuildResult, ContextEngine, EngineSettings
+from ctxledger.adapters.engine.rederive import rederive
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import encode_state, replay_states
-from ctxledger.adapters.rederive import rederive
+from ctxledger.adapters.ledger.projection_runner import encode_state, replay_states
 from ctxledger.domain.errors import InvalidInputError, RefreshExhaustedError
 from ctxledger.domain.model import AgentIdentity, Layer, Source
 from ctxledger.domain.prompt import Segment

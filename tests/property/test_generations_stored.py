@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ctxledger.adapters.projection_runner import decode_state, encode_state, store_state
+from ctxledger.adapters.ledger.projection_runner import decode_state, encode_state, store_state
 from ctxledger.domain.errors import DecodeError
 from ctxledger.domain.model import AgentIdentity, Decision, Generation
 from ctxledger.projections.catalog import PROJECTIONS, fold_all

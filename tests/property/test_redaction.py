@@ -8,7 +8,7 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxledger.adapters.secret_scan import SecretScanner, redaction_marker
+from ctxledger.adapters.security.secret_scan import SecretScanner, redaction_marker
 from tests.secret_corpus import SECRET_CASES
 
 SCANNER = SecretScanner()

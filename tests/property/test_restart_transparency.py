@@ -29,8 +29,8 @@ from hypothesis.stateful import (
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.engine.rederive import rederive
 from ctxledger.adapters.ledger import open_ledger, stream_id_for
-from ctxledger.adapters.rederive import rederive
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain.build_policy import BuildQuery
 from ctxledger.domain.errors import CtxLedgerError

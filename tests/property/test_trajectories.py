@@ -19,7 +19,7 @@ from ctxledger.adapters.importers.classify import (
     normalize_command,
 )
 from ctxledger.adapters.importers.common import split_task
-from ctxledger.adapters.simulate import simulate_trajectory
+from ctxledger.adapters.simulation.simulate import simulate_trajectory
 from ctxledger.domain.errors import RefreshExhaustedError, TrajectoryFormatError
 from ctxledger.domain.strategies import strategy_names
 from ctxledger.domain.tokens import EstimatingCounter

@@ -14,7 +14,7 @@ from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import replay_states
+from ctxledger.adapters.ledger.projection_runner import replay_states
 from ctxledger.domain.errors import RefreshExhaustedError
 from ctxledger.domain.generation_policy import learned_window
 from ctxledger.domain.model import AgentIdentity, Layer, Source

@@ -48,7 +48,7 @@ def cas_worker(
     """Race the other process on the same entry: create it, then one transition per round
     with the revision both read. Reports each round's outcome: won, conflict or an error."""
     try:
-        from ctxledger.adapters.memory_catalog import MemoryCatalog
+        from ctxledger.adapters.memory.catalog import MemoryCatalog
         from ctxledger.domain.errors import MemoryConflictError
 
         outcomes: list[str] = []

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.ledger.projection_runner import ProjectionRunner
 from ctxledger.domain import events as ev
 
 __all__ = ["batch", "crash_writer", "parse_batch_id"]

@@ -27,7 +27,7 @@ HOSTILE_TOPICS = (
     "xmlrpc.server.SimpleXMLRPCServer.v1",
     "ctypes.CDLL.v1",
     "pickle.loads.v1",
-    "ctxledger.adapters.cli:main.v1",
+    "ctxledger.adapters.cli.main:main.v1",
     "ctxledger.domain.events.ItemPinned.v1",
     "eventsourcing.domain:Aggregate.Event.v1",
     "tests.reliability.evil.v1",

@@ -14,7 +14,7 @@ import pytest
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import replay_states
+from ctxledger.adapters.ledger.projection_runner import replay_states
 from ctxledger.domain.events import ItemRecorded
 from ctxledger.domain.model import AgentIdentity
 from ctxledger.projections.audit import audit

@@ -17,7 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from ctxledger.adapters.ledger import Recorded, open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
+from ctxledger.adapters.ledger.projection_runner import (
+    ProjectionRunner,
+    encode_state,
+    replay_states,
+)
 from ctxledger.domain import events as ev
 from ctxledger.projections.catalog import PROJECTIONS, read_models
 from ctxledger.projections.context_state import ContextStates

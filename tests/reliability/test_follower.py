@@ -13,7 +13,11 @@ from typing import Any
 import pytest
 
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
+from ctxledger.adapters.ledger.projection_runner import (
+    ProjectionRunner,
+    encode_state,
+    replay_states,
+)
 from ctxledger.domain import events as ev
 from ctxledger.projections.context_state import ContextStates
 from tests.reliability._support import pick, record, rerun

@@ -36,11 +36,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine
-from ctxledger.adapters.freshness import GitWorktreeProbe
-from ctxledger.adapters.key_table import KeyRow
 from ctxledger.adapters.ledger import stream_id_for
-from ctxledger.adapters.memory_catalog import MemoryCatalog
-from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.adapters.memory.catalog import MemoryCatalog
+from ctxledger.adapters.memory.freshness import GitWorktreeProbe
+from ctxledger.adapters.memory.project import ProjectMemory
+from ctxledger.adapters.security.key_table import KeyRow
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import AgentIdentity, Layer, Source

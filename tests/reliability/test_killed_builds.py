@@ -18,7 +18,7 @@ from pathlib import Path
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger, stream_id_for
-from ctxledger.adapters.projection_runner import ProjectionRunner
+from ctxledger.adapters.ledger.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
 from tests.reliability._build_writer import AGENT, SESSION, build_writer

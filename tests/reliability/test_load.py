@@ -9,7 +9,11 @@ import sys
 from pathlib import Path
 
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
+from ctxledger.adapters.ledger.projection_runner import (
+    ProjectionRunner,
+    encode_state,
+    replay_states,
+)
 from ctxledger.projections.audit import audit
 from tests.reliability._support import ROOT, pick, record, rerun
 

@@ -16,7 +16,7 @@ import pytest
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.ledger import EVENTS_TABLE, LossError, head_file, open_ledger
-from ctxledger.adapters.projection_runner import encode_state
+from ctxledger.adapters.ledger.projection_runner import encode_state
 from ctxledger.domain.model import AgentIdentity
 from tests.e2e._cli import run
 

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.memory.catalog import MemoryCatalog
 from ctxledger.domain.memory import MemoryEntry
 from tests.integration.test_memory_catalog import BYPASS_ATTEMPTS
 from tests.reliability._catalog_workers import NOW, cas_worker

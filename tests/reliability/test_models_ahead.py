@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state
+from ctxledger.adapters.ledger.projection_runner import ProjectionRunner, encode_state
 from ctxledger.domain.model import AgentIdentity
 from tests.e2e._cli import run
 

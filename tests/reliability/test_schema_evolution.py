@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 from ctxledger.adapters.ledger import EVENTS_TABLE, open_ledger
-from ctxledger.adapters.projection_runner import replay_states
+from ctxledger.adapters.ledger.projection_runner import replay_states
 from ctxledger.domain.codec import decode_event
 from ctxledger.domain.errors import FutureSchemaError
 from ctxledger.domain.events import EVENT_TYPES

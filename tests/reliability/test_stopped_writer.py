@@ -20,7 +20,7 @@ import pytest
 
 from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import WRITE_TURN_TIMEOUT_S, Ledger, open_ledger
-from ctxledger.adapters.stream_locks import DEFAULT_TIMEOUT_S
+from ctxledger.adapters.ledger.locks import DEFAULT_TIMEOUT_S
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import ConflictError, LedgerUnavailableError
 from tests.reliability._support import record, rerun

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.memory.catalog import MemoryCatalog
 from ctxledger.domain.errors import ConflictError
 from tests.reliability._support import pick, record, rerun, spawn_workers
 from tests.reliability._workers import lock_worker, write_turn_worker

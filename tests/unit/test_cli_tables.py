@@ -1,4 +1,4 @@
-"""Tables on a terminal and off it (adapters/cli_tables.py)."""
+"""Tables on a terminal and off it (adapters/cli/tables.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ctxledger.adapters.cli_tables import (
+from ctxledger.adapters.cli.tables import (
     DISPLAY_LIMIT,
     cli_console,
     plain_lines,

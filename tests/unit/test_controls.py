@@ -9,7 +9,8 @@ import pytest
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
-from ctxledger.adapters.controls import (
+from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.engine.manual_controls import (
     Control,
     ControlOutcome,
     Pin,
@@ -22,7 +23,6 @@ from ctxledger.adapters.controls import (
     apply_control,
     decode_control,
 )
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from ctxledger.adapters.projection_runner import gc_paused
+from ctxledger.adapters.ledger.projection_runner import gc_paused
 
 
 @pytest.fixture(autouse=True)

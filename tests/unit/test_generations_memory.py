@@ -15,7 +15,7 @@ from pathlib import Path
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.projection_runner import encode_state, replay_states
+from ctxledger.adapters.ledger.projection_runner import encode_state, replay_states
 from ctxledger.domain.model import AgentIdentity
 
 

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxledger.adapters.memory_intake import IntakeLimits, MemoryIntake
-from ctxledger.adapters.secret_scan import SecretScanner
+from ctxledger.adapters.memory.intake import IntakeLimits, MemoryIntake
+from ctxledger.adapters.security.secret_scan import SecretScanner
 from ctxledger.domain.errors import MemoryIntakeError
 from ctxledger.domain.memory import CommandEvidence, Evidence, FileEvidence, MemoryEntry
 from tests.secret_corpus import SECRET_CASES, SecretCase
@@ -495,9 +495,9 @@ def test_the_intake_admits_none_of_the_corpus() -> None:
 
 def test_an_engine_and_its_catalog_share_one_scanner(tmp_path: Path) -> None:
     from ctxledger.adapters.bootstrap import open_engine
-    from ctxledger.adapters.freshness import GitWorktreeProbe
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
-    from ctxledger.adapters.project_memory import ProjectMemory
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
+    from ctxledger.adapters.memory.freshness import GitWorktreeProbe
+    from ctxledger.adapters.memory.project import ProjectMemory
 
     catalog = MemoryCatalog.open(tmp_path / "catalog.db")
     memory = ProjectMemory(catalog, probe_for=lambda a: GitWorktreeProbe(a.workspace))

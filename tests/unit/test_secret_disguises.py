@@ -20,8 +20,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxledger.adapters.secret_scan import SecretScanner
-from ctxledger.adapters.secret_views import despaced, normalized, percent_decoded
+from ctxledger.adapters.security.secret_scan import SecretScanner
+from ctxledger.adapters.security.secret_views import despaced, normalized, percent_decoded
 
 ALNUM = string.ascii_letters + string.digits
 SCANNER = SecretScanner()

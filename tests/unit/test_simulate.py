@@ -13,7 +13,7 @@ import pytest
 from ctxledger.adapters.engine import BuildResult
 from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.simulate import (
+from ctxledger.adapters.simulation.simulate import (
     FIXED_START,
     StepClock,
     compare,

@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.cli_inspect import read_states
+from ctxledger.adapters.cli.inspect import read_states
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.web import create_app
 from ctxledger.adapters.web.access import access_for_bind
@@ -509,7 +509,7 @@ def test_without_catalog_the_memory_page_says_how_and_promote_is_refused(
 
 
 def catalog_entries(store: EngineStore) -> dict[str, str]:
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
 
     with MemoryCatalog.open(store.catalog) as catalog:
         return {e.id: e.state for e in catalog.list()}
@@ -569,7 +569,7 @@ def test_memory_page_never_creates_a_missing_catalog(store: EngineStore, tmp_pat
 
 
 def test_memory_page_lists_catalog_entries_and_states(store: EngineStore, tmp_path: Path) -> None:
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
 
     path = tmp_path / "memory.db"
     when = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)

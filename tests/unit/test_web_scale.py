@@ -20,7 +20,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from ctxledger.adapters.bootstrap import open_engine
-from ctxledger.adapters.cli_inspect import read_states
+from ctxledger.adapters.cli.inspect import read_states
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger

@@ -8,8 +8,8 @@ import json
 from collections.abc import Callable
 from datetime import datetime
 
-from ctxledger.adapters.freshness import GitWorktreeProbe
-from ctxledger.adapters.memory_catalog import MemoryCatalog
+from ctxledger.adapters.memory.catalog import MemoryCatalog
+from ctxledger.adapters.memory.freshness import GitWorktreeProbe
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.memory import CommandEvidence, Evidence, FileEvidence

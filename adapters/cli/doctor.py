@@ -11,10 +11,10 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
-from ctxledger.adapters.cli_tables import cli_console, show, shown, visible
-from ctxledger.adapters.doctor import DoctorReport, examine, loss_of, quarantine
+from ctxledger.adapters.cli.options import JsonOpt, StoreOpt
+from ctxledger.adapters.cli.tables import cli_console, show, shown, visible
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, accept_emptied, open_ledger
+from ctxledger.adapters.ledger.doctor import DoctorReport, examine, loss_of, quarantine
 from ctxledger.domain.errors import CtxLedgerError
 
 __all__ = ["DamageFoundError", "doctor"]

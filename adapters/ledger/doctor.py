@@ -86,7 +86,7 @@ def snapshots_differing(ledger: Ledger) -> list[str]:
     an edited pool snapshot un-pins an item for every later build). None are loaded when
     they are missing, refused (a keyed ledger's MAC) or ahead of the log: then nothing is
     trusted and nothing differs."""
-    from ctxledger.adapters.projection_runner import (
+    from ctxledger.adapters.ledger.projection_runner import (
         ProjectionRunner,
         encode_state,
         replay_states,

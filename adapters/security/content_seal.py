@@ -31,7 +31,7 @@ from pathlib import Path
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from ctxledger.adapters.key_table import KeyRow, KeyTable
+from ctxledger.adapters.security.key_table import KeyRow, KeyTable
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import CtxLedgerError, InvalidInputError
 from ctxledger.domain.free_text import map_sealed_text

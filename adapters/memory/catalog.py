@@ -25,26 +25,26 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from ctxledger.adapters.catalog_store import (
-    META_TABLE,
-    CatalogStore,
-    connect_catalog,
-    put_catalog_meta,
-)
-from ctxledger.adapters.memory_guard import GUARD_SQL, GUARD_TRIGGERS, guard_sql
-from ctxledger.adapters.memory_intake import MemoryIntake, MemoryIntakePort
-from ctxledger.adapters.memory_legacy import (
+from ctxledger.adapters.ledger.store_files import check_catalog_file, read_only_uri
+from ctxledger.adapters.memory.guard import GUARD_SQL, GUARD_TRIGGERS, guard_sql
+from ctxledger.adapters.memory.intake import MemoryIntake, MemoryIntakePort
+from ctxledger.adapters.memory.legacy import (
     LEGACY_COLUMNS,
     legacy_entry,
     legacy_rows,
     read_legacy_rows,
 )
-from ctxledger.adapters.memory_schema import (
+from ctxledger.adapters.memory.schema import (
     SCHEMA_VERSION,
     decode_payload,
     encode_payload,
 )
-from ctxledger.adapters.store_files import check_catalog_file, read_only_uri
+from ctxledger.adapters.memory.store import (
+    META_TABLE,
+    CatalogStore,
+    connect_catalog,
+    put_catalog_meta,
+)
 from ctxledger.domain.errors import (
     IntakeMissingError,
     InvalidInputError,

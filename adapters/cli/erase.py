@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from ctxledger.adapters.cli_tables import cli_console, visible
+from ctxledger.adapters.cli.tables import cli_console, visible
 
 __all__ = ["erase"]
 

@@ -12,8 +12,8 @@ import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from ctxledger.adapters.secret_rules import EXTRA_RULES, SHAPED_RULES, SPAN_RULES, Rule
-from ctxledger.adapters.secret_views import despaced, hex_runs, normalized, percent_decoded
+from ctxledger.adapters.security.secret_rules import EXTRA_RULES, SHAPED_RULES, SPAN_RULES, Rule
+from ctxledger.adapters.security.secret_views import despaced, hex_runs, normalized, percent_decoded
 
 if TYPE_CHECKING:  # detect-secrets (and requests under it) loads with the first scanner
     from types import ModuleType

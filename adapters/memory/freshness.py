@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Final
 
-from ctxledger.adapters.memory_intake import is_safe_relative_path
+from ctxledger.adapters.memory.intake import is_safe_relative_path
 
 __all__ = ["GitWorktreeProbe"]
 

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Annotated, Any, assert_never
 import msgspec
 import typer
 
-from ctxledger.adapters.cli_tables import cli_console, visible
+from ctxledger.adapters.cli.tables import cli_console, visible
 from ctxledger.domain.errors import InvalidInputError
 
 if TYPE_CHECKING:  # the engine loads when a command runs, not for `ctxledger --help`
-    from ctxledger.adapters.controls import Control
+    from ctxledger.adapters.engine.manual_controls import Control
 
 __all__ = ["configure", "control"]
 
@@ -38,7 +38,15 @@ BY = "cli"
 
 def _control(action: Action, agent: str, item: str, reason: str) -> Control:
     """The control struct of the command line's arguments."""
-    from ctxledger.adapters.controls import Pin, Promote, Rebuild, Refresh, Remove, Unpin, Verify
+    from ctxledger.adapters.engine.manual_controls import (
+        Pin,
+        Promote,
+        Rebuild,
+        Refresh,
+        Remove,
+        Unpin,
+        Verify,
+    )
 
     match action:
         case Action.pin:
@@ -86,9 +94,9 @@ def control(
     if action is Action.promote and catalog is None:
         raise InvalidInputError("promote needs --catalog PATH")
     from ctxledger.adapters.bootstrap import open_engine
-    from ctxledger.adapters.controls import apply_control
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
-    from ctxledger.adapters.project_memory import ProjectMemory
+    from ctxledger.adapters.engine.manual_controls import apply_control
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
+    from ctxledger.adapters.memory.project import ProjectMemory
 
     command = _control(action, agent, item, reason)
     cat = MemoryCatalog.open(catalog) if catalog is not None else None

@@ -7,7 +7,7 @@ import unicodedata
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from ctxledger.adapters.secret_scan import SecretScanner
+from ctxledger.adapters.security.secret_scan import SecretScanner
 from ctxledger.domain.errors import MemoryIntakeError
 from ctxledger.domain.memory import (
     MEMORY_STATES,

@@ -1,7 +1,7 @@
 """The workspace catalog's connection policy and a generic JSON key/value accessor.
 
 The accessor serves every catalog table except ``memory``: project memory is reachable only
-through :mod:`ctxledger.adapters.memory_catalog`, so no code path can skip its intake, its
+through :mod:`ctxledger.adapters.memory.catalog`, so no code path can skip its intake, its
 provenance fields or its revision check-and-set."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sqlite3
 from types import TracebackType
 from typing import Any, Final
 
-from ctxledger.adapters.memory_guard import ensure_guard
-from ctxledger.adapters.store_files import wal_mode
+from ctxledger.adapters.ledger.store_files import wal_mode
+from ctxledger.adapters.memory.guard import ensure_guard
 from ctxledger.domain.errors import InvalidInputError, ProtectedTableError
 
 __all__ = [

@@ -11,7 +11,7 @@ from typing import Annotated
 
 import typer
 
-from ctxledger.adapters.store_files import check_catalog_file, check_ledger_file
+from ctxledger.adapters.ledger.store_files import check_catalog_file, check_ledger_file
 from ctxledger.domain.errors import CtxLedgerError, StoreURLError
 
 __all__ = ["TOKEN_ENV", "ServeError", "bind_socket", "serve"]

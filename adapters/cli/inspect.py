@@ -15,12 +15,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 from rich.text import Text
 
-from ctxledger.adapters.cli_options import JsonOpt, StoreOpt
-from ctxledger.adapters.cli_tables import cli_console, show, shown, visible
-from ctxledger.adapters.doctor import loss_of, snapshots_differing
+from ctxledger.adapters.cli.options import JsonOpt, StoreOpt
+from ctxledger.adapters.cli.tables import cli_console, show, shown, visible
 from ctxledger.adapters.ledger import QUARANTINE_TABLE, Ledger, Quarantined, open_ledger
-from ctxledger.adapters.projection_runner import ProjectionRunner
-from ctxledger.adapters.published_heads import (
+from ctxledger.adapters.ledger.doctor import loss_of, snapshots_differing
+from ctxledger.adapters.ledger.projection_runner import ProjectionRunner
+from ctxledger.adapters.ledger.published_heads import (
     compare_heads,
     load_published,
     signed_heads,
@@ -35,7 +35,7 @@ from ctxledger.projections.generations import Generations
 from ctxledger.projections.inspector import ContextView, ItemView, diff_generations, inspect_agent
 
 if TYPE_CHECKING:  # re-deriving (and its tokenizer) loads with `audit --rederive`
-    from ctxledger.adapters.rederive import RederiveReport
+    from ctxledger.adapters.engine.rederive import RederiveReport
 
 __all__ = ["AuditFailedError", "audit", "diff", "generations", "inspect", "read_states"]
 
@@ -487,7 +487,7 @@ def _print_chains(
 
 
 def _rederive(ledger: Ledger, total: int, *, quiet: bool) -> RederiveReport:
-    from ctxledger.adapters.rederive import rederive
+    from ctxledger.adapters.engine.rederive import rederive
 
     if quiet or not sys.stderr.isatty():  # no bar at all: a disabled one still writes a
         # blank line to stderr on some rich releases (13.8), ahead of the error line

@@ -31,7 +31,7 @@ from ctxledger.adapters.importers.items import (
     role_items,
     step_items,
 )
-from ctxledger.adapters.prompt_quality import (
+from ctxledger.adapters.simulation.prompt_quality import (
     NextActionRecall,
     QualityTally,
     StepFacts,

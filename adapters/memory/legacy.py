@@ -11,8 +11,8 @@ from typing import Final
 
 from pydantic import ValidationError
 
-from ctxledger.adapters.memory_intake import MemoryIntakePort
-from ctxledger.adapters.memory_schema import LegacyRecordV1, entry_from_legacy
+from ctxledger.adapters.memory.intake import MemoryIntakePort
+from ctxledger.adapters.memory.schema import LegacyRecordV1, entry_from_legacy
 from ctxledger.domain.errors import InvalidInputError, LegacyImportError, MemoryIntakeError
 from ctxledger.domain.memory import MemoryEntry
 

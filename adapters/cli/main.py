@@ -11,22 +11,24 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from ctxledger.adapters import (
-    cli_control,
-    cli_doctor,
-    cli_erase,
-    cli_inspect,
-    cli_serve,
-    cli_simulate,
-)
-from ctxledger.adapters.cli_memory import memory_app
-from ctxledger.adapters.cli_options import EncryptOpt, JsonOpt, StoreOpt
-from ctxledger.adapters.cli_tables import cli_console, show, shown, visible
-from ctxledger.adapters.content_seal import KEY_FILE_ENV, read_key_file
-from ctxledger.adapters.doctor import loss_of
+from ctxledger.adapters.cli import control as cli_control
+from ctxledger.adapters.cli import doctor as cli_doctor
+from ctxledger.adapters.cli import erase as cli_erase
+from ctxledger.adapters.cli import inspect as cli_inspect
+from ctxledger.adapters.cli import serve as cli_serve
+from ctxledger.adapters.cli import simulate as cli_simulate
+from ctxledger.adapters.cli.memory import memory_app
+from ctxledger.adapters.cli.options import EncryptOpt, JsonOpt, StoreOpt
+from ctxledger.adapters.cli.tables import cli_console, show, shown, visible
 from ctxledger.adapters.ledger import open_ledger
+from ctxledger.adapters.ledger.doctor import loss_of
+from ctxledger.adapters.ledger.projection_runner import (
+    ProjectionRunner,
+    encode_state,
+    replay_states,
+)
 from ctxledger.adapters.logs import LogLevel, configure_logging
-from ctxledger.adapters.projection_runner import ProjectionRunner, encode_state, replay_states
+from ctxledger.adapters.security.content_seal import KEY_FILE_ENV, read_key_file
 from ctxledger.domain.errors import CtxLedgerError, DecodeError
 
 __all__ = ["app", "main"]
@@ -150,7 +152,7 @@ def demo(
 ) -> None:
     """Run the scripted demo session into a fresh SQLite ledger and show the result; only
     files an earlier demo wrote are replaced without --force."""
-    from ctxledger.adapters.demo import run_demo
+    from ctxledger.adapters.cli.demo import run_demo
 
     run_demo(path, console=cli_console(markup=True), as_json=as_json, encrypt=encrypt, force=force)
 

@@ -14,16 +14,16 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ctxledger.adapters.cli_options import JsonOpt
-from ctxledger.adapters.cli_tables import cli_console, shown, visible
-from ctxledger.adapters.cli_tables import show as show_table
-from ctxledger.adapters.store_files import check_catalog_file
+from ctxledger.adapters.cli.options import JsonOpt
+from ctxledger.adapters.cli.tables import cli_console, shown, visible
+from ctxledger.adapters.cli.tables import show as show_table
+from ctxledger.adapters.ledger.store_files import check_catalog_file
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.memory import MEMORY_STATES
 
 if TYPE_CHECKING:  # the catalog (pydantic schemas, detect-secrets) loads when a command runs
     from ctxledger.adapters.engine import ContextEngine
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
     from ctxledger.domain.memory import MemoryEntry
 
 __all__ = ["memory_app"]
@@ -56,7 +56,7 @@ def _open(catalog: Path, *, create: bool = False) -> MemoryCatalog:
     if not create and not catalog.is_file():
         raise InvalidInputError(f"{catalog}: no such catalog file")
     check_catalog_file(catalog, must_be_catalog=not create)
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
 
     return MemoryCatalog.open(catalog)
 
@@ -64,7 +64,7 @@ def _open(catalog: Path, *, create: bool = False) -> MemoryCatalog:
 @contextmanager
 def _engine(store: str, catalog: MemoryCatalog) -> Iterator[ContextEngine]:
     from ctxledger.adapters.bootstrap import open_engine
-    from ctxledger.adapters.project_memory import ProjectMemory
+    from ctxledger.adapters.memory.project import ProjectMemory
 
     engine = open_engine(store, memory=ProjectMemory(catalog))
     try:
@@ -96,7 +96,7 @@ def list_entries(
     """Every entry with its state (bodies are shown by `show` only)."""
     if state and state not in MEMORY_STATES:
         raise InvalidInputError(f"unknown state {state!r}; use one of {', '.join(MEMORY_STATES)}")
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
 
     with MemoryCatalog.open_read_only(catalog) as cat:  # a reader never writes
         entries = cat.list(states=(state,) if state else None)
@@ -122,7 +122,7 @@ def list_entries(
 @memory_app.command()
 def show(catalog: CatalogOpt, memory_id: IdArg, as_json: JsonOpt = False) -> None:
     """One entry, body included."""
-    from ctxledger.adapters.memory_catalog import MemoryCatalog
+    from ctxledger.adapters.memory.catalog import MemoryCatalog
 
     with MemoryCatalog.open_read_only(catalog) as cat:
         entry = cat.get(memory_id)

@@ -17,10 +17,10 @@ from rich.markup import escape
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
-from ctxledger.adapters.freshness import GitWorktreeProbe
 from ctxledger.adapters.ledger import open_ledger
-from ctxledger.adapters.memory_catalog import MemoryCatalog
-from ctxledger.adapters.project_memory import ProjectMemory
+from ctxledger.adapters.memory.catalog import MemoryCatalog
+from ctxledger.adapters.memory.freshness import GitWorktreeProbe
+from ctxledger.adapters.memory.project import ProjectMemory
 from ctxledger.domain.errors import OverwriteRefusedError
 from ctxledger.domain.model import AgentIdentity, Durability, Layer, Source
 from ctxledger.domain.recall import RecallSettings
@@ -170,7 +170,7 @@ def run_demo(
     if as_json:
         sys.stdout.write(json.dumps(summary, sort_keys=True) + "\n")
         return summary
-    from ctxledger.adapters.cli_inspect import print_view, read_states
+    from ctxledger.adapters.cli.inspect import print_view, read_states
     from ctxledger.projections.inspector import inspect_agent
 
     with open_ledger(url) as ledger:

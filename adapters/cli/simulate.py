@@ -13,12 +13,12 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from ctxledger.adapters.cli_options import EncryptOpt, JsonOpt
-from ctxledger.adapters.cli_tables import cli_console, show, shown, visible
+from ctxledger.adapters.cli.options import EncryptOpt, JsonOpt
+from ctxledger.adapters.cli.tables import cli_console, show, shown, visible
 from ctxledger.domain.errors import CtxLedgerError
 
 if TYPE_CHECKING:  # the engine and importers load when a command runs
-    from ctxledger.adapters.simulate import SimulationReport
+    from ctxledger.adapters.simulation.simulate import SimulationReport
 
 __all__ = ["COMPARE_LEGEND", "compare", "compare_table", "simulate"]
 
@@ -91,7 +91,7 @@ def simulate(
     ] = False,
 ) -> None:
     """Replay a recorded agent run turn by turn through one engine and measure its prompts."""
-    from ctxledger.adapters.simulate import simulate as run_simulate
+    from ctxledger.adapters.simulation.simulate import simulate as run_simulate
 
     report = run_simulate(
         path,
@@ -178,7 +178,7 @@ def compare(
 ) -> None:
     """The same recorded run through several strategies: one row per strategy (a strategy
     whose run fails gets a row saying why; the others still run)."""
-    from ctxledger.adapters.simulate import compare as run_compare
+    from ctxledger.adapters.simulation.simulate import compare as run_compare
 
     failed: dict[str, str] = {}
     reports = run_compare(

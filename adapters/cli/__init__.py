@@ -1,0 +1,1 @@
+"""The ``ctxledger`` command line: one module per command group (typer + rich)."""

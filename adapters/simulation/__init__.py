@@ -1,0 +1,1 @@
+"""Recorded agent runs replayed through the engine, and the prompt-quality measures."""
