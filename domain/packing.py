@@ -25,7 +25,6 @@ Order of work (every strategy goes through the same steps, with its own options)
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC
 from typing import ClassVar, TypeVar
 
 import msgspec
@@ -39,6 +38,25 @@ from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prompt import render_block
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import ScoredItem
+from ctxledger.domain.tiers import (
+    DROP_MEMO_MAX,
+    DROP_REASONS,
+    DUPLICATE,
+    EXCLUDED_BY_SCOPE,
+    KEPT_CLIPPED,
+    OMITTED_BY_STRATEGY,
+    OTHER_PHASE,
+    OTHER_STAGE,
+    OUTSIDE_WINDOW,
+    OVER_BUDGET,
+    RAW_HISTORY,
+    SUPERSEDED,
+    dropped_decision,
+    is_forced,
+    priority_tier,
+    tier_memo,
+    tier_ts,
+)
 
 __all__ = [
     "CLIP_METHOD",
@@ -80,32 +98,8 @@ __all__ = [
 ]
 
 # Reason codes of dropped decisions.
-OVER_BUDGET = "over_budget"
-EXCLUDED_BY_SCOPE = "excluded_by_scope"
-SUPERSEDED = "superseded"
-DUPLICATE = "duplicate"
-OTHER_PHASE = "other_phase"
-OTHER_STAGE = "other_stage"
-OMITTED_BY_STRATEGY = "omitted_by_strategy"
-OUTSIDE_WINDOW = "outside_conversation_window"
-RAW_HISTORY = "raw_history"
-KEPT_CLIPPED = "kept_clipped"
-DROP_REASONS = frozenset(
-    {
-        OVER_BUDGET,
-        EXCLUDED_BY_SCOPE,
-        SUPERSEDED,
-        DUPLICATE,
-        OTHER_PHASE,
-        OTHER_STAGE,
-        OMITTED_BY_STRATEGY,
-        OUTSIDE_WINDOW,
-        RAW_HISTORY,
-    }
-)
-
 _COMPRESS_MIN_TOKENS = 64  # smaller items are dropped, not compressed
-_COMPRESS_MIN_ROOM = 16  # do not try to compress into less room than this
+COMPRESS_MIN_ROOM = 16  # do not try to compress into less room than this
 _COMPRESS_MAX_ATTEMPTS = 32  # per build: bounds the work on huge pools with tiny budgets
 _NEG_INF = float("-inf")
 _KEPT_MIN_ROOM = 24  # a kept unit gets at least this much room, or it is dropped over_budget
@@ -145,64 +139,6 @@ _WORKER_FINDING = Source.WORKER_FINDING
 _RECALLED_MEMORY = Source.RECALLED_MEMORY
 _PARENT_REPORT = Source.PARENT_REPORT
 _STEERING_NOTE = Source.STEERING_NOTE
-_TIER1_SOURCES = frozenset({Source.USER_REQUIREMENT, Source.STEERING_NOTE, Source.ROLE_INSTRUCTION})
-_TIER2_SOURCES = frozenset({Source.REPOSITORY_SOURCE, Source.VERIFIED_FACT, Source.TEST_RESULT})
-_TIER3_SOURCES = frozenset(
-    {Source.PARENT_REPORT, Source.RECALLED_MEMORY, Source.WORKER_FINDING, Source.GENERATED_SUMMARY}
-)
-
-
-def priority_tier(item: Item) -> int:
-    """Packing tier: 0 pinned/mandatory; 1 objective, task, acceptance, constraints, steering
-    (user requirements, steering notes, role instructions, other L1 task state); 2 code,
-    verified findings, failures and test results; 3 architecture memory (L3), parent reports,
-    unverified findings; 4 historical / optional (L0 ephemera, L4 raw history, logs…)."""
-    if item.pinned or item.mandatory:
-        return 0
-    src = item.source
-    if src in _TIER1_SOURCES:
-        return 1
-    if item.failure or src in _TIER2_SOURCES or (src is _WORKER_FINDING and item.verified):
-        return 2
-    layer = item.layer
-    if layer is _L1 and src is not _TOOL_LOG and src is not _CONVERSATION:
-        return 1
-    if layer is _L3 or src in _TIER3_SOURCES:
-        return 3
-    return 4
-
-
-_ROLE_INSTRUCTION = Source.ROLE_INSTRUCTION
-
-
-def is_forced(item: Item) -> bool:
-    """Whether packing includes *item* whatever the budget (recording any excess as
-    overflow): pinned and mandatory items, and role instructions — the tool syntax and the
-    rules of the role are never traded for history (an agent without them cannot act)."""
-    return item.pinned or item.mandatory or item.source is _ROLE_INSTRUCTION
-
-
-def _ts(item: Item) -> float:
-    at = item.observed_at
-    if at is None:
-        return _NEG_INF
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    return at.timestamp()
-
-
-_statics: dict[int, tuple[Item, int, float, str, bool]] = memo_table()
-_STATIC_MAX = 131_072  # above the largest pool: see retrieval._MEMO_MAX
-
-
-def _tier_ts(item: Item) -> tuple[Item, int, float, str, bool]:
-    """(item, tier, timestamp, id, forced), memoised per item object (the entry keeps the
-    item alive, so its ``id`` cannot be reused while cached)."""
-    st = _statics.get(id(item))
-    if st is None or st[0] is not item:
-        st = (item, priority_tier(item), _ts(item), item.id, is_forced(item))
-        remember(_statics, id(item), st, _STATIC_MAX)
-    return st
 
 
 class Candidate(msgspec.Struct, gc=False):
@@ -282,7 +218,7 @@ def _prepare(
     """:func:`prepare`, plus whether the input was already in (-score, id) order."""
     out: list[Candidate] = []
     append = out.append
-    statics = _statics
+    statics = tier_memo
     make = Candidate
     ordered = True
     prev_score = float("inf")
@@ -293,7 +229,7 @@ def _prepare(
         item = sc.item
         st = statics.get(id(item))
         if st is None or st[0] is not item:
-            st = _tier_ts(item)
+            st = tier_ts(item)
         iid = st[3]
         if not unique:
             if iid in seen:
@@ -446,7 +382,7 @@ class Accumulator:
     def drop_id(self, item_id: str, layer: int, tokens: int, reason: str) -> None:
         """:meth:`drop` from an item's facts (the ranked packer has no candidate object);
         *layer* is the layer's value."""
-        self.decisions[item_id] = _dropped(item_id, reason, tokens)
+        self.decisions[item_id] = dropped_decision(item_id, reason, tokens)
         self.dropped += 1
         if reason != EXCLUDED_BY_SCOPE:
             self.truncated.add(layer)
@@ -473,20 +409,8 @@ class Accumulator:
         )
 
 
-_drop_memo: dict[tuple[str, str, int], Decision] = memo_table()
-_DROP_MEMO_MAX = 131_072
 _over_budget: dict[str, Decision] = memo_table()
 """The latest ``over_budget`` decision per item id: the tail of a build drops thousands."""
-
-
-def _dropped(item_id: str, reason: str, tokens: int) -> Decision:
-    """A dropped decision; equal decisions are shared between builds (they are immutable)."""
-    key = (item_id, reason, tokens)
-    d = _drop_memo.get(key)
-    if d is None:
-        d = Decision(item_id=item_id, action="dropped", reason=reason, tokens_before=tokens)
-        remember(_drop_memo, key, d, _DROP_MEMO_MAX)
-    return d
 
 
 def other_stage(item: Item, stage_id: str) -> bool:
@@ -752,7 +676,7 @@ class Filler:
         return (
             self.compress
             and self.attempts < _COMPRESS_MAX_ATTEMPTS
-            and remaining >= _COMPRESS_MIN_ROOM
+            and remaining >= COMPRESS_MIN_ROOM
             and tokens > _COMPRESS_MIN_TOKENS
         )
 
@@ -923,8 +847,8 @@ def _drop_tail(units: list[Unit], start: int, acc: Accumulator, *, dedupe: bool)
             iid = item.id
             d = over.get(iid)
             if d is None or d.tokens_before != m.tokens:
-                d = _dropped(iid, OVER_BUDGET, m.tokens)
-                remember(over, iid, d, _DROP_MEMO_MAX)
+                d = dropped_decision(iid, OVER_BUDGET, m.tokens)
+                remember(over, iid, d, DROP_MEMO_MAX)
             decisions[iid] = d
             layers.add(item.layer)
         dropped += len(members)

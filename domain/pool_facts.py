@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from ctxledger.domain.memo import memo_table, remember
 from ctxledger.domain.model import Decision, Item, Layer, Source
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.tiers import OVER_BUDGET, RAW_HISTORY, dropped_decision, tier_ts
 
 __all__ = ["Omissions", "Parts", "PoolFacts", "pool_facts"]
 
@@ -80,10 +81,9 @@ class PoolFacts:
     )
 
     def __init__(self, items: Sequence[Item]) -> None:
-        from ctxledger.domain.packing import _tier_ts  # packing imports this module
 
         items = list(items)
-        statics = [_tier_ts(it) for it in items]
+        statics = [tier_ts(it) for it in items]
         self.items = items
         self.ids = [st[3] for st in statics]
         self.tier = [st[1] for st in statics]
@@ -203,12 +203,11 @@ class PoolFacts:
     def over_budget(self, counter: TokenCounter) -> list[Decision]:
         """Each item's ``over_budget`` decision (the tail of a build drops thousands): the
         ``dropped_as`` list of that reason, made whole."""
-        from ctxledger.domain.packing import OVER_BUDGET, _dropped
 
         made = self.dropped_as(OVER_BUDGET, counter)
         if None in made:
             made[:] = [
-                d or _dropped(iid, OVER_BUDGET, t)
+                d or dropped_decision(iid, OVER_BUDGET, t)
                 for d, iid, t in zip(made, self.ids, self.tokens(counter), strict=True)
             ]
         return made  # type: ignore[return-value]  # (no None left)
@@ -244,7 +243,6 @@ class PoolFacts:
         member is omitted, and the reason each ungrouped unforced item is dropped before
         packing (raw history first, with *raw*; else its verdict) — memoised per *key* (the
         test's name and parameters), counter and *raw*."""
-        from ctxledger.domain.packing import RAW_HISTORY
 
         key = (key, counter.name, raw)
         out = self._omissions.get(key)

@@ -26,7 +26,7 @@ import msgspec
 
 from ctxledger.domain.model import Decision, Layer, Source
 from ctxledger.domain.packing import (
-    _COMPRESS_MIN_ROOM,
+    COMPRESS_MIN_ROOM,
     DUPLICATE,
     EXCLUDED_BY_SCOPE,
     RAW_HISTORY,
@@ -38,7 +38,6 @@ from ctxledger.domain.packing import (
     OmitFn,
     PackResult,
     Unit,
-    _dropped,
     effective_budget,
     include_kept,
     kept_reserves,
@@ -50,6 +49,7 @@ from ctxledger.domain.pool_facts import PoolFacts
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked, ScoredItem
+from ctxledger.domain.tiers import dropped_decision
 
 __all__ = ["Units", "covers", "kept_units_at", "pack", "pack_ranked", "record_drops"]
 
@@ -297,7 +297,7 @@ def pack_ranked(
         if filler.stopped or remaining <= 0:
             _drop_tail(ordered, at, acc, facts, gmap=gmap, over=over, dedupe=dedupe)
             break
-        if small_room and remaining < _COMPRESS_MIN_ROOM:
+        if small_room and remaining < COMPRESS_MIN_ROOM:
             _fill_small_room(
                 ordered,
                 at,
@@ -452,7 +452,7 @@ def record_drops(
     if None in made:
         for i, (r, m) in enumerate(zip(reasons, flat, strict=True)):
             if made[i] is None:
-                made[i] = made_for[r][m] = _dropped(ids[m], r, tok[m])
+                made[i] = made_for[r][m] = dropped_decision(ids[m], r, tok[m])
     # (no None left in *made*)
     acc.decisions.update(zip(map(ids.__getitem__, flat), made, strict=True))  # type: ignore[arg-type]
     acc.dropped += len(flat)
