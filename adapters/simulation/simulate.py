@@ -17,13 +17,13 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import BuildResult, ContextEngine, EngineSettings
-from ctxledger.adapters.importers import Step, Trajectory, load_trajectory
+from ctxledger.adapters.importers import Trajectory, load_trajectory
 from ctxledger.adapters.importers.items import (
     StepItems,
     factory,
@@ -31,16 +31,17 @@ from ctxledger.adapters.importers.items import (
     role_items,
     step_items,
 )
-from ctxledger.adapters.simulation.prompt_quality import (
-    NextActionRecall,
-    QualityTally,
-    StepFacts,
+from ctxledger.adapters.simulation.prompt_quality import NextActionRecall
+from ctxledger.adapters.simulation.turns import (
+    Provider,
+    TurnMeasures,
+    accepted_build,
+    context_limit_error,
+    rendered_bytes,
 )
 from ctxledger.domain.errors import BudgetError, CtxLedgerError, InvalidInputError
-from ctxledger.domain.model import AgentIdentity, Item
+from ctxledger.domain.model import AgentIdentity, Generation, Item
 from ctxledger.domain.ports import TokenCounter
-from ctxledger.domain.prefix import lcp_bytes
-from ctxledger.domain.prompt import render_item
 from ctxledger.domain.settings import AgentSettings
 from ctxledger.domain.strategies import get_strategy, strategy_names
 
@@ -60,12 +61,8 @@ __all__ = [
 FIXED_START = datetime(2025, 1, 1, tzinfo=UTC)
 """Start of the simulated clock when the trajectory has no timestamps."""
 _STEP = timedelta(minutes=1)
-_HINT_STEPS = 3  # steps whose files/failures hint the next build; and "recent" failures
-_HINT_FILES = 12
-_FAILURE_HINT_CHARS = 300
 _SIM_ROLE = "worker"
 
-Provider = Literal["anthropic", "openai"]
 ProgressFn = Callable[[int, int], None]
 PromptHook = Callable[[int, BuildResult, int], None]
 """Called with (step index, the accepted build, its prompt tokens) for every accepted prompt."""
@@ -158,17 +155,6 @@ class SimulationReport(msgspec.Struct, frozen=True, kw_only=True):
         return out
 
 
-def context_limit_error(prompt_tokens: int, window: int) -> dict[str, Any]:
-    """The Anthropic Messages error body for a prompt larger than the window."""
-    return {
-        "type": "error",
-        "error": {
-            "type": "invalid_request_error",
-            "message": f"prompt is too long: {prompt_tokens} tokens > {window} maximum",
-        },
-    }
-
-
 def _provider_for(traj: Trajectory) -> Provider:
     model = traj.model.lower()
     if "claude" in model or any(s.usage and s.usage.provider == "anthropic" for s in traj.steps):
@@ -209,55 +195,6 @@ def _recorded(traj: Trajectory) -> RecordedTotals | None:
     )
 
 
-_REGRET_STEPS = 5  # an item evicted and re-observed within this many steps is a regret
-
-
-class _Regret:
-    """Items a prompt dropped or compressed, and which of them the agent re-observed (same
-    content, or the same command run again) within the next :data:`_REGRET_STEPS` steps."""
-
-    def __init__(self) -> None:
-        self.evicted: dict[str, tuple[int, str, str]] = {}  # id → (step, content, command)
-        self.regretted: set[str] = set()
-
-    def prompt(self, step: int, result: BuildResult, pool: dict[str, Item]) -> None:
-        for d in result.pack.decisions:
-            if d.action in ("dropped", "compressed") and d.item_id in pool:
-                if d.reason in ("duplicate", "superseded", "raw_history"):
-                    continue  # nothing was lost: the same content is in, or never belongs
-                it = pool[d.item_id]
-                self.evicted.setdefault(d.item_id, (step, it.content, it.tool_signature))
-
-    def observed(self, step: int, items: Sequence[Item]) -> None:
-        for iid, (at, content, command) in self.evicted.items():
-            if iid in self.regretted or not 0 < step - at <= _REGRET_STEPS:
-                continue
-            if any(i.id != iid and (i.content == content or (command and i.tool_signature ==
-                   command)) for i in items):  # fmt: skip
-                self.regretted.add(iid)
-
-    def value(self) -> float | None:
-        return round(len(self.regretted) / len(self.evicted), 4) if self.evicted else None
-
-
-def _kept_fraction(item: Item, result: BuildResult) -> float:
-    decision = next((d for d in result.pack.decisions if d.item_id == item.id), None)
-    if decision is None or decision.action == "dropped" or not decision.tokens_before:
-        return 0.0
-    return min(1.0, decision.tokens_after / decision.tokens_before)
-
-
-def _in_prompt(item: Item, result: BuildResult, text: str, *, compressed: bool) -> bool:
-    """The item is in the prompt whole or clipped (or compressed, if *compressed*)."""
-    decision = next((d for d in result.pack.decisions if d.item_id == item.id), None)
-    if decision is None or decision.action == "dropped":
-        return False
-    if decision.action == "compressed" and not compressed:
-        return False
-    body = decision.content if decision.action in ("clipped", "compressed") else item.content
-    return bool(body) and body in text
-
-
 def _temp_store() -> str:
     directory = Path(tempfile.mkdtemp(prefix="ctxledger-simulate-"))
     return f"sqlite:///{directory / 'ledger.db'}"
@@ -274,43 +211,119 @@ def _agent_id(engine: ContextEngine, traj: Trajectory, strategy: str) -> str:
     return f"{base}#{n}"
 
 
-class _Tally:
-    """Running sums over the accepted prompts."""
-
-    def __init__(self) -> None:
-        self.tokens: list[int] = []
-        self.shared = 0
-        self.total = 0
-        self.shared_within = 0
-        self.total_within = 0
-        self.expected_cached = 0
-        self.static_changes = 0
-        self.prev: tuple[int, bytes, str] | None = None  # generation, text, prefix hash
-
-    def add(self, result: BuildResult, tokens: int) -> None:
-        data = result.prompt.text.encode("utf-8")
-        self.tokens.append(tokens)
-        if self.prev is not None:
-            gen, prev, prefix = self.prev
-            shared = lcp_bytes(prev, data)
-            self.shared += shared
-            self.total += len(data)
-            if gen == result.generation:
-                self.shared_within += shared
-                self.total_within += len(data)
-            self.expected_cached += round(tokens * shared / len(data)) if data else 0
-            self.static_changes += prefix != result.prompt.prefix_hash
-        self.prev = (result.generation, data, result.prompt.prefix_hash)
+def _agent_settings(
+    strategy: str, budget: int, window: int | None, watermark: float | None
+) -> AgentSettings:
+    """The simulated agent's settings, the arguments checked first."""
+    if budget <= 0:
+        raise BudgetError(f"--budget must be a positive number of tokens, got {budget}")
+    if window is not None and window <= 0:
+        raise BudgetError(f"--window must be a positive number of tokens, got {window}")
+    get_strategy(strategy)
+    settings = AgentSettings(strategy=strategy, budget=budget)
+    if watermark is not None:
+        if not 0 < watermark <= 0.9:
+            raise BudgetError(f"--watermark must be in (0, 0.9], got {watermark}")
+        settings = msgspec.structs.replace(settings, watermark=watermark)
+    return settings
 
 
-def _hints(steps: Sequence[Step], upto: int) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    recent = steps[max(0, upto - _HINT_STEPS) : upto]
-    files: dict[str, None] = {}
-    for s in reversed(recent):
-        for f in s.files:
-            files.setdefault(f, None)
-    failures = tuple(s.observation[:_FAILURE_HINT_CHARS] for s in recent if s.failure)
-    return tuple(files)[:_HINT_FILES], failures
+def _start_agent(
+    engine: ContextEngine, traj: Trajectory, settings: AgentSettings, clock: StepClock
+) -> tuple[str, TurnMeasures]:
+    """Register the simulated agent and record its role and objective items: its id, and the
+    measures of the run about to start."""
+    agent = _agent_id(engine, traj, settings.strategy)
+    engine.register_agent(
+        AgentIdentity(
+            agent_id=agent,
+            role=_SIM_ROLE,
+            task=traj.instance_id,
+            model=traj.model,
+            budget=settings.budget,
+            session_id="simulate",
+        ),
+        settings,
+    )
+    make = factory(engine.make_item, agent)
+    objective = objective_item(traj, make, at=clock.now())
+    # record_many returns the items as recorded (a secret in them redacted, the id with it)
+    *_, objective = engine.record_many(agent, [*role_items(traj, make, at=clock.now()), objective])
+    start = rendered_bytes(engine.pool(agent).items.values())
+    return agent, TurnMeasures(traj, settings.budget, objective, start)
+
+
+class _Run(msgspec.Struct, frozen=True, kw_only=True):
+    """What one simulated run is, beside its measures."""
+
+    traj: Trajectory
+    settings: AgentSettings
+    window: int | None
+    tokenizer: str
+    generations: tuple[Generation, ...]
+    events: int
+    store: str
+    agent: str
+    provider: Provider
+
+
+def _report(run: _Run, m: TurnMeasures) -> SimulationReport:
+    """The final report of a run from its measures."""
+    tally, gens, kept = m.tally, run.generations, m.kept
+    prompts = len(tally.tokens)
+    # The append-only transcript: prompt i holds every item recorded before call i, in order,
+    # so each prompt extends the previous one and lcp(T[i-1], T[i]) = len(T[i-1]).
+    limit_total = sum(m.transcript[1:prompts])
+    limit_shared = sum(m.transcript[: prompts - 1])
+    return SimulationReport(
+        trajectory=run.traj.path,
+        format=run.traj.format,
+        steps=len(run.traj.steps),
+        prompts=prompts,
+        rejected_prompts=m.rejected,
+        strategy=run.settings.strategy,
+        budget=run.settings.budget,
+        window=run.window,
+        watermark=run.settings.watermark,
+        tokenizer=run.tokenizer,
+        generations=len(gens),
+        refreshes=sum(g.kind == "refresh" for g in gens),
+        rebuilds=sum(g.kind == "rebuild" for g in gens),
+        prompt_tokens=PromptTokens(
+            max=max(tally.tokens, default=0),
+            mean=round(sum(tally.tokens) / prompts, 1) if prompts else 0.0,
+            p95=_p95(tally.tokens),
+        ),
+        over_budget_prompts=m.over_budget,
+        overflow_prompts=m.overflow,
+        pinned_dropped=m.pinned_dropped,
+        objective_present=round(m.objective_hits / prompts, 4) if prompts else 0.0,
+        latest_observation_present=(
+            round(m.latest_hits / m.latest_total, 4) if m.latest_total else None
+        ),
+        latest_observation_kept_fraction=(
+            KeptFraction(mean=round(sum(kept) / len(kept), 4), min=round(min(kept), 4))
+            if kept
+            else None
+        ),
+        eviction_regret=m.regret.value(),
+        recent_failures_present=(
+            round(m.failure_hits / m.failure_total, 4) if m.failure_total else None
+        ),
+        **m.quality.fields(),
+        prefix_reuse=round(tally.shared / tally.total, 4) if tally.total else 0.0,
+        prefix_reuse_limit=round(limit_shared / limit_total, 4) if limit_total else 0.0,
+        prefix_reuse_within_generation=(
+            round(tally.shared_within / tally.total_within, 4) if tally.total_within else 0.0
+        ),
+        static_prefix_changes=tally.static_changes,
+        expected_cached_tokens=tally.expected_cached,
+        events=run.events,
+        store=run.store,
+        agent=run.agent,
+        provider=run.provider,
+        recorded_usage=_recorded(run.traj),
+    )
 
 
 def simulate_trajectory(
@@ -331,16 +344,7 @@ def simulate_trajectory(
     *encrypt*: content encryption of a new store, as ``open_ledger`` says; *watermark*: the
     agent's rebuild target (a fraction of the budget; None: the default); *allow_foreign*:
     write into another application's SQLite database (refused by default)."""
-    if budget <= 0:
-        raise BudgetError(f"--budget must be a positive number of tokens, got {budget}")
-    if window is not None and window <= 0:
-        raise BudgetError(f"--window must be a positive number of tokens, got {window}")
-    get_strategy(strategy)
-    settings = AgentSettings(strategy=strategy, budget=budget)
-    if watermark is not None:
-        if not 0 < watermark <= 0.9:
-            raise BudgetError(f"--watermark must be in (0, 0.9], got {watermark}")
-        settings = msgspec.structs.replace(settings, watermark=watermark)
+    settings = _agent_settings(strategy, budget, window, watermark)
     url = store_url or _temp_store()
     times = _step_times(traj)
     clock = StepClock(times[0] if times else FIXED_START)
@@ -350,168 +354,37 @@ def simulate_trajectory(
         kwargs["counter"] = counter
     with open_engine(url, encrypt=encrypt, allow_foreign=allow_foreign, **kwargs) as engine:
         start_position = engine.ledger.max_position()
-        agent = _agent_id(engine, traj, strategy)
-        engine.register_agent(
-            AgentIdentity(
-                agent_id=agent,
-                role=_SIM_ROLE,
-                task=traj.instance_id,
-                model=traj.model,
-                budget=budget,
-                session_id="simulate",
-            ),
-            settings,
-        )
+        agent, measures = _start_agent(engine, traj, settings, clock)
         make = factory(engine.make_item, agent)
-        objective = objective_item(traj, make, at=clock.now())
-        # record_many returns the items as recorded (a secret in them redacted, the id with it)
-        *_, objective = engine.record_many(
-            agent, [*role_items(traj, make, at=clock.now()), objective]
-        )
-        tally = _Tally()
-        over_budget = overflow = pinned_dropped = rejected = objective_hits = 0
-        latest_hits = latest_total = failure_hits = failure_total = 0
-        transcript = [
-            sum(len(render_item(i).encode("utf-8")) for i in engine.pool(agent).items.values())
-        ]
-        recorded: list[StepItems] = []
-        quality = QualityTally(
-            traj.role_texts,
-            traj.task,
-            [
-                StepFacts(
-                    action=s.action,
-                    observation=s.observation,
-                    failure=s.failure,
-                    command=s.command,
-                )
-                for s in traj.steps
-            ],
-        )
-        blocks: dict[str, tuple[int, str]] = {}  # item id → (step, part)
-        kept: list[float] = []
-        regret = _Regret()
         for n, step in enumerate(traj.steps):
             clock.set(times[n])
-            files, failures = _hints(traj.steps, n)
-            result = engine.build(agent, files=files, failures=failures)
-            engine.render(result, provider=provider, model=traj.model or "unknown")
-            tokens = engine.counter.count(result.prompt.text)
-            while window is not None and tokens > window:
-                rejected += 1
-                over_budget += tokens > budget and result.pack.overflow == 0
-                outcome = engine.on_turn_error(agent, context_limit_error(tokens, window))
-                if outcome.result is None:  # pragma: no cover - a context-limit error refreshes
-                    raise InvalidInputError("the engine did not refresh on a context-limit error")
-                result = outcome.result
-                engine.render(result, provider=provider, model=traj.model or "unknown")
-                tokens = engine.counter.count(result.prompt.text)
+            result, tokens = accepted_build(
+                engine, agent, traj, n, provider=provider, window=window, measures=measures
+            )
             engine.turn_succeeded(agent)
-            text = result.prompt.text
-            tally.add(result, tokens)
             if on_prompt is not None:
                 on_prompt(n, result, tokens)
-            over_budget += tokens > budget and result.pack.overflow == 0
-            overflow += result.pack.overflow > 0
-            objective_hits += objective.content in text
-            included = {d.item_id for d in result.pack.decisions if d.action != "dropped"}
-            pool = engine.pool(agent)
-            pinned_dropped += sum(
-                1
-                for i, it in pool.items.items()
-                if (it.pinned or it.mandatory) and i not in pool.removed and i not in included
-            )
-            if recorded and recorded[-1].observation is not None:
-                latest_total += 1
-                latest_hits += _in_prompt(recorded[-1].observation, result, text, compressed=True)
-                kept.append(_kept_fraction(recorded[-1].observation, result))
-            regret.prompt(n, result, pool.items)
-            stale = {
-                items.observation.id
-                for k in quality.stale_steps(n)
-                if (items := recorded[k]).observation is not None
-            }
-            quality.prompt(
-                n,
-                text,
-                tokens,
-                blocks=[blocks[i] for i in result.prompt.order if i in blocks],
-                stale_tokens=sum(
-                    d.tokens_after
-                    for d in result.pack.decisions
-                    if d.item_id in stale and d.action != "dropped"
-                ),
-            )
-            for back in recorded[-_HINT_STEPS:]:  # a failure since fixed is not current
-                obs = back.observation
-                if obs is not None and obs.failure and obs.id not in stale:
-                    failure_total += 1
-                    failure_hits += _in_prompt(obs, result, text, compressed=True)
+            measures.accepted_prompt(n, result, tokens, engine.pool(agent))
             items = _as_recorded(
                 step_items(traj, step, make, at=times[n]), engine.record_many, agent
             )
-            regret.observed(n + 1, items.all)
-            for part, item in (("action", items.action), ("observation", items.observation)):
-                if item is not None:
-                    blocks[item.id] = (n, part)
-            recorded.append(items)
-            transcript.append(
-                transcript[-1] + sum(len(render_item(i).encode("utf-8")) for i in items.all)
-            )
+            measures.step_recorded(n, items)
             if progress is not None:
                 progress(n + 1, len(traj.steps))
         gens = engine.agent(agent).generations
         events = engine.ledger.max_position() - start_position
-    prompts = len(tally.tokens)
-    # The append-only transcript: prompt i holds every item recorded before call i, in order,
-    # so each prompt extends the previous one and lcp(T[i-1], T[i]) = len(T[i-1]).
-    limit_total = sum(transcript[1:prompts])
-    limit_shared = sum(transcript[: prompts - 1])
-    return SimulationReport(
-        trajectory=traj.path,
-        format=traj.format,
-        steps=len(traj.steps),
-        prompts=prompts,
-        rejected_prompts=rejected,
-        strategy=strategy,
-        budget=budget,
+    run = _Run(
+        traj=traj,
+        settings=settings,
         window=window,
-        watermark=settings.watermark,
         tokenizer=engine.counter.name,
-        generations=len(gens),
-        refreshes=sum(g.kind == "refresh" for g in gens),
-        rebuilds=sum(g.kind == "rebuild" for g in gens),
-        prompt_tokens=PromptTokens(
-            max=max(tally.tokens, default=0),
-            mean=round(sum(tally.tokens) / prompts, 1) if prompts else 0.0,
-            p95=_p95(tally.tokens),
-        ),
-        over_budget_prompts=over_budget,
-        overflow_prompts=overflow,
-        pinned_dropped=pinned_dropped,
-        objective_present=round(objective_hits / prompts, 4) if prompts else 0.0,
-        latest_observation_present=round(latest_hits / latest_total, 4) if latest_total else None,
-        latest_observation_kept_fraction=(
-            KeptFraction(mean=round(sum(kept) / len(kept), 4), min=round(min(kept), 4))
-            if kept
-            else None
-        ),
-        eviction_regret=regret.value(),
-        recent_failures_present=round(failure_hits / failure_total, 4) if failure_total else None,
-        **quality.fields(),
-        prefix_reuse=round(tally.shared / tally.total, 4) if tally.total else 0.0,
-        prefix_reuse_limit=round(limit_shared / limit_total, 4) if limit_total else 0.0,
-        prefix_reuse_within_generation=(
-            round(tally.shared_within / tally.total_within, 4) if tally.total_within else 0.0
-        ),
-        static_prefix_changes=tally.static_changes,
-        expected_cached_tokens=tally.expected_cached,
+        generations=gens,
         events=events,
         store=url,
         agent=agent,
         provider=provider,
-        recorded_usage=_recorded(traj),
     )
+    return _report(run, measures)
 
 
 @contextlib.contextmanager
