@@ -23,10 +23,20 @@ LAYERS = {
 DOC = ROOT / "docs" / "architecture.md"
 START, END = "<!-- architecture-map:start -->", "<!-- architecture-map:end -->"
 MODULE_LINES = 600
+SHARED = frozenset({"clock", "extras", "logs", "tokens"})
+"""Small modules directly in adapters/ that every component may use."""
 FUNCTION_LINES = 80
-FUNCTION_EXCEPTIONS = {
-    # domain functions over the limit, each kept whole on purpose (see docs/architecture.md)
+_TWO_PACKERS = (
+    "the packer's rules exist twice (the general packer and the ranked fast path, proven equal "
+    "by property tests) until one packer remains: issue 36's item 4, not done yet"
+)
+DOMAIN_EXCEPTIONS = {
+    "ctxledger.domain.packing": _TWO_PACKERS,
+    "ctxledger.domain.ranked_pack": _TWO_PACKERS,
+    "ctxledger.domain.generation_policy": "the planner (append, rebuild, refresh) in one "
+    "module; 15 lines over, not split yet",
 }
+"""Domain modules over the module limit, each with why (listed in the docs, not hidden)."""
 
 
 @dataclass
@@ -95,7 +105,9 @@ def component(name: str) -> str:
     parts = name.split(".")
     if parts[1] != "adapters":
         return parts[1]
-    return "adapters" if len(parts) == 2 else "adapters." + parts[2]
+    if len(parts) == 2:
+        return "adapters (public face)"
+    return "adapters.shared" if parts[2] in SHARED else "adapters." + parts[2]
 
 
 def cycles(mods: dict[str, Module]) -> list[list[str]]:
@@ -142,6 +154,8 @@ def render(mods: dict[str, Module]) -> str:
     for m in mods.values():
         for i in m.imports:
             a, b = component(m.name), component(i)
+            if a.startswith("adapters") and b in ("domain", "projections"):
+                continue  # every adapters component may use the pure core: not drawn
             if a != b:
                 edges[(a, b)] += 1
     lines = [
@@ -152,10 +166,11 @@ def render(mods: dict[str, Module]) -> str:
         "",
     ]
     lines += ["```mermaid", "flowchart TD"]
-    ident = {c: c.replace(".", "_") for c in comps}
+    ident = {c: "".join(ch if ch.isalnum() else "_" for ch in c) for c in comps}
     for c in sorted(comps):
         size = sum(m.lines for m in comps[c])
-        lines.append(f'    {ident[c]}["{c}<br/>{len(comps[c])} modules, {size:,} lines"]')
+        count = f"{len(comps[c])} module" + ("s" if len(comps[c]) != 1 else "")
+        lines.append(f'    {ident[c]}["{c}<br/>{count}, {size:,} lines"]')
     for a, b in sorted(edges):
         lines.append(f"    {ident[a]} --> {ident[b]}")
     lines += ["```", "", "| component | module | lines | what it is |", "|---|---|---:|---|"]
@@ -173,6 +188,14 @@ def render(mods: dict[str, Module]) -> str:
         f"projections/ — {'kept' if not problems else f'{len(problems)} over'}.",
         "",
     ]
+    over = [m for m in mods.values() if m.name in DOMAIN_EXCEPTIONS and m.lines > MODULE_LINES]
+    if over:
+        lines += ["Domain modules over the module limit:", ""]
+        lines += [
+            f"- `{m.name.removeprefix('ctxledger.')}` ({m.lines} lines): {DOMAIN_EXCEPTIONS[m.name]}"
+            for m in sorted(over, key=lambda m: m.name)
+        ]
+        lines.append("")
     domain_long = [
         (m.name, f, n)
         for m in mods.values()
@@ -180,7 +203,12 @@ def render(mods: dict[str, Module]) -> str:
         for f, n in m.long_functions
     ]
     if domain_long:
-        lines += ["Domain functions over the limit:", ""]
+        lines += [
+            "Domain functions over the function limit (the packers' and selectors' per-item "
+            "loops are kept flat on purpose: a call per item is measurable in the turn; the "
+            "others are not split yet):",
+            "",
+        ]
         lines += [
             f"- `{mod.removeprefix('ctxledger.')}.{f}` ({n} lines)"
             for mod, f, n in sorted(domain_long)
@@ -195,7 +223,7 @@ def limits(mods: dict[str, Module]) -> list[str]:
     out = []
     for m in sorted(mods.values(), key=lambda m: m.name):
         outer = component(m.name) != "domain"
-        if m.lines > MODULE_LINES:
+        if m.lines > MODULE_LINES and m.name not in DOMAIN_EXCEPTIONS:
             out.append(f"{m.path.relative_to(ROOT)}: {m.lines} lines (limit {MODULE_LINES})")
         if outer:
             out += [

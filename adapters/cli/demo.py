@@ -16,13 +16,13 @@ from rich.markup import escape
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
-from ctxledger.adapters.engine import ContextEngine, EngineSettings
+from ctxledger.adapters.engine import ContextEngine, EngineSettings, TurnErrorOutcome
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.memory.catalog import MemoryCatalog
 from ctxledger.adapters.memory.freshness import GitWorktreeProbe
 from ctxledger.adapters.memory.project import ProjectMemory
 from ctxledger.domain.errors import OverwriteRefusedError
-from ctxledger.domain.model import AgentIdentity, Durability, Layer, Source
+from ctxledger.domain.model import AgentIdentity, Durability, Item, Layer, Source
 from ctxledger.domain.recall import RecallSettings
 from ctxledger.projections.audit import audit
 
@@ -191,7 +191,8 @@ def run_demo(
     return summary
 
 
-def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
+def _register(engine: ContextEngine, workspace: Path) -> None:
+    """The Primary and its Worker, each with its role instruction."""
     primary = AgentIdentity(
         agent_id="primary-1",
         role="primary",
@@ -222,6 +223,10 @@ def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
             source=Source.ROLE_INSTRUCTION,
             durability=Durability.DURABLE,
         )
+
+
+def _primary_starts(engine: ContextEngine, say: Any) -> Item:
+    """Step 1: the objective, a steering constraint, a grep dump and the first pack."""
     objective = engine.record(
         "primary-1",
         "Objective: users are logged out early; fix the session refresh in auth/session.py. Acceptance: tests/test_session.py passes.",
@@ -256,7 +261,11 @@ def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
             "output_tokens": 120,
         },
     )
+    return objective
 
+
+def _worker_investigates(engine: ContextEngine, say: Any) -> Item:
+    """Step 2: a file view, a failing test and a finding, built into the worker's pack."""
     say("[bold]2.[/bold] Worker investigates: a file view, a failing test, a finding")
     engine.record(
         "worker-1",
@@ -298,7 +307,11 @@ def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
     say(
         f"   worker pack: {worker_pack.pack.budget_used} tokens; decisions {len(worker_pack.pack.decisions)}"
     )
+    return finding
 
+
+def _worker_reports(engine: ContextEngine, say: Any) -> None:
+    """Step 3: the worker's transcript as a parent report in the Primary's next pack."""
     say(
         "[bold]3.[/bold] The worker's transcript is compressed into a parent report for the Primary"
     )
@@ -315,6 +328,9 @@ def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
         },
     )
 
+
+def _context_limit(engine: ContextEngine, say: Any) -> TurnErrorOutcome:
+    """Step 4: more tool output, then a context-limit error refreshes the Primary."""
     say("[bold]4.[/bold] More tool output, then the model rejects the prompt: context-limit error")
     for i in range(3):
         engine.record(
@@ -337,7 +353,15 @@ def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
         },
     )
     say(f"   [green]{escape(outcome.message or '')}[/green]")
+    return outcome
 
+
+def _script(engine: ContextEngine, workspace: Path, say: Any) -> dict[str, Any]:
+    _register(engine, workspace)
+    objective = _primary_starts(engine, say)
+    finding = _worker_investigates(engine, say)
+    _worker_reports(engine, say)
+    outcome = _context_limit(engine, say)
     say("[bold]5.[/bold] The finding is promoted to project memory, verified, and recalled")
     memory_id = engine.promote("worker-1", finding.id)
     engine.verify_memory(memory_id, by="primary-1")

@@ -14,7 +14,7 @@ the ``user_input`` of the step they follow.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ from ctxledger.adapters.importers.common import (
     read_json,
     recorded_usage,
 )
-from ctxledger.adapters.importers.model import Step, Trajectory
+from ctxledger.adapters.importers.model import RecordedUsage, Step, Trajectory
 
 __all__ = ["EXPECTED", "events_of", "load_openhands", "looks_like_openhands", "parse_openhands"]
 
@@ -153,11 +153,9 @@ def _observation_text(event: Mapping[str, Any]) -> str:
     return as_text(event.get("message"))
 
 
-def parse_openhands(data: Any, path: Path) -> Trajectory:
-    """Normalise parsed OpenHands events; TrajectoryFormatError names what is wrong."""
-    events = events_of(data)
-    if events is None:
-        raise format_error(path, EXPECTED, f"the top level is a JSON {type(data).__name__}")
+def _observations_by_cause(events: list[Any], path: Path) -> dict[Any, list[Mapping[str, Any]]]:
+    """Every observation event under the id of the action that caused it (and a format
+    error naming the first event that is neither)."""
     for n, e in enumerate(events):
         if not _is_event(e):
             raise format_error(
@@ -167,6 +165,46 @@ def parse_openhands(data: Any, path: Path) -> Trajectory:
     for e in events:
         if "observation" in e and e.get("cause") is not None:
             by_cause.setdefault(e.get("cause"), []).append(e)
+    return by_cause
+
+
+def _observations_of(
+    caused: Iterable[Mapping[str, Any]], roots: list[str]
+) -> tuple[list[str], int | None]:
+    """An action's observation texts and exit code (the first failing one); the working
+    directories they name are added to *roots*."""
+    observations: list[str] = []
+    exit_code: int | None = None
+    for obs in caused:
+        if obs.get("observation") in _SKIP_OBSERVATIONS:
+            continue
+        observations.append(_observation_text(obs))
+        metadata = as_mapping(as_mapping(obs.get("extras")).get("metadata"))
+        code = as_int(metadata.get("exit_code"))
+        if code is not None and (exit_code is None or exit_code == 0):
+            exit_code = code
+        wd = metadata.get("working_dir")
+        if isinstance(wd, str) and wd.startswith("/") and wd not in roots:
+            roots.append(wd)
+    return observations, exit_code
+
+
+def _usage_once(response: Mapping[str, Any], seen: set[str]) -> RecordedUsage | None:
+    """The usage of a model response the first time its id is met (several actions of one
+    response share it: counted once)."""
+    rid = response.get("id")
+    if isinstance(rid, str) and rid not in seen:
+        seen.add(rid)
+        return recorded_usage(response.get("usage"))
+    return None
+
+
+def parse_openhands(data: Any, path: Path) -> Trajectory:
+    """Normalise parsed OpenHands events; TrajectoryFormatError names what is wrong."""
+    events = events_of(data)
+    if events is None:
+        raise format_error(path, EXPECTED, f"the top level is a JSON {type(data).__name__}")
+    by_cause = _observations_by_cause(events, path)
 
     role_texts: list[str] = []
     task = ""
@@ -202,28 +240,11 @@ def parse_openhands(data: Any, path: Path) -> Trajectory:
         call = _tool_call(e)
         text, command = _describe(action, args, call)
         thought = as_text(args.get("thought")).strip()
-        meta = as_mapping(e.get("tool_call_metadata"))
-        response = as_mapping(meta.get("model_response"))
-        rid = response.get("id")
-        usage = None
-        if isinstance(rid, str) and rid not in seen_responses:
-            seen_responses.add(rid)
-            usage = recorded_usage(response.get("usage"))
+        response = as_mapping(as_mapping(e.get("tool_call_metadata")).get("model_response"))
+        usage = _usage_once(response, seen_responses)
         if not model and isinstance(response.get("model"), str):
             model = response["model"]
-        observations: list[str] = []
-        exit_code: int | None = None
-        for obs in by_cause.get(e.get("id"), ()):
-            if obs.get("observation") in _SKIP_OBSERVATIONS:
-                continue
-            observations.append(_observation_text(obs))
-            metadata = as_mapping(as_mapping(obs.get("extras")).get("metadata"))
-            code = as_int(metadata.get("exit_code"))
-            if code is not None and (exit_code is None or exit_code == 0):
-                exit_code = code
-            wd = metadata.get("working_dir")
-            if isinstance(wd, str) and wd.startswith("/") and wd not in roots:
-                roots.append(wd)
+        observations, exit_code = _observations_of(by_cause.get(e.get("id"), ()), roots)
         view = action in _VIEW_ACTIONS or call[1].get("command") == "view"
         drafts.append(
             {

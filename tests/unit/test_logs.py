@@ -279,7 +279,7 @@ def test_builds_run_without_opentelemetry() -> None:
         "import sys\n"
         "sys.modules['opentelemetry'] = None\n"
         "from ctxledger.adapters import logs\n"
-        "from ctxledger.adapters.engine import ContextEngine\n"
+        "from ctxledger.adapters import open_engine\n"
         "from ctxledger.domain.model import AgentIdentity\n"
         "e = open_engine('memory://')\n"
         "e.register_agent(AgentIdentity(agent_id='a', role='primary', task='t', budget=500))\n"
