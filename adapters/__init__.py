@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -101,6 +107,73 @@ _HOME = {
     "AgentSettings": "ctxledger.domain.settings",
     "InputLimits": "ctxledger.domain.settings",
 }
+
+
+MOVED: dict[str, str] = {
+    "cli_control": "cli.control",
+    "cli_doctor": "cli.doctor",
+    "cli_erase": "cli.erase",
+    "cli_inspect": "cli.inspect",
+    "cli_memory": "cli.memory",
+    "cli_options": "cli.options",
+    "cli_serve": "cli.serve",
+    "cli_simulate": "cli.simulate",
+    "cli_tables": "cli.tables",
+    "demo": "cli.demo",
+    "boundary": "engine.boundary",
+    "controls": "engine.manual_controls",
+    "rederive": "engine.rederive",
+    "doctor": "ledger.doctor",
+    "projection_runner": "ledger.projection_runner",
+    "published_heads": "ledger.published_heads",
+    "store_files": "ledger.store_files",
+    "stream_locks": "ledger.locks",
+    "catalog_store": "memory.store",
+    "freshness": "memory.freshness",
+    "memory_catalog": "memory.catalog",
+    "memory_guard": "memory.guard",
+    "memory_intake": "memory.intake",
+    "memory_schema": "memory.schema",
+    "project_memory": "memory.project",
+    "content_seal": "security.content_seal",
+    "key_table": "security.key_table",
+    "secret_scan": "security.secret_scan",
+    "secret_views": "security.secret_views",
+    "prompt_quality": "simulation.prompt_quality",
+    "simulate": "simulation.simulate",
+}
+"""Modules of the flat 0.x tree (``ctxledger.adapters.<old>``) and where each lives now.
+Importing an old path still works — it is the new module itself, not a copy — with a
+DeprecationWarning naming the new path; the project's own code uses only the new paths."""
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Resolves the old module paths of ``MOVED`` to the modules they became. Consulted
+    only after the regular finders found nothing (it is appended to ``sys.meta_path``)."""
+
+    def find_spec(
+        self, fullname: str, path: object = None, target: object = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        old = fullname.removeprefix(__name__ + ".")
+        if old == fullname or old not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = f"{__name__}.{MOVED[spec.name.removeprefix(__name__ + '.')]}"
+        warnings.warn(
+            f"{spec.name} moved to {new}; import it from there",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the module was imported under its new name."""
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.append(_MovedModules())
 
 
 @functools.cache

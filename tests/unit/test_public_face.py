@@ -47,3 +47,22 @@ def test_the_quickstart_is_one_import_line() -> None:
     quickstart = readme.split("## Quickstart", 1)[1].split("```python", 1)[1].split("```", 1)[0]
     imports = [line for line in quickstart.splitlines() if re.match(r"(from|import) ", line)]
     assert imports == ["from ctxledger.adapters import AgentIdentity, Layer, Source, open_engine"]
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(public.MOVED.items()))
+def test_a_moved_module_path_is_the_new_module_with_a_warning(old: str, new: str) -> None:
+    import importlib
+
+    sys.modules.pop(f"ctxledger.adapters.{old}", None)
+    with pytest.warns(DeprecationWarning, match=f"ctxledger.adapters.{new}"):
+        moved = importlib.import_module(f"ctxledger.adapters.{old}")
+    assert moved is importlib.import_module(f"ctxledger.adapters.{new}")
+    sys.modules.pop(f"ctxledger.adapters.{old}", None)
+
+
+def test_the_old_paths_are_exactly_the_modules_that_moved() -> None:
+    adapters = ROOT / "adapters"
+    for old, new in public.MOVED.items():
+        assert not (adapters / f"{old}.py").exists(), old  # a real module would shadow it
+        assert not (adapters / old).is_dir(), old  # and so would a package
+        assert (adapters / (new.replace(".", "/") + ".py")).is_file(), new
