@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple, NotRequired, TypedDict
 
 import msgspec
@@ -69,18 +69,27 @@ _TTL_RANK: dict[str, int] = {"5m": 0, "1h": 1}
 
 
 class CacheControl(TypedDict):
-    """Anthropic's ``cache_control`` marker."""
+    """Anthropic's ``cache_control`` marker (the keys and types of the anthropic SDK's
+    ``CacheControlEphemeralParam``, so a type checker takes one for the other)."""
 
     type: Literal["ephemeral"]
     ttl: NotRequired[CacheTTL]
 
 
 class SystemBlock(TypedDict):
-    """One Anthropic ``system`` text block (one prompt segment)."""
+    """One Anthropic ``system`` text block (one prompt segment).
+
+    It declares every key of the anthropic SDK's ``TextBlockParam`` with the same type, so
+    ``client.messages.create(**request)`` type-checks under ``mypy --strict`` (a TypedDict is
+    accepted for another only when it has all of the other's keys, each of the same type; a
+    key the SDK allows ``None`` in must allow it here too). The engine never sets
+    ``citations`` (declared only for that match) and never sets ``cache_control`` to None.
+    Checked against the installed SDK by tests/integration/test_render_types.py."""
 
     type: Literal["text"]
     text: str
-    cache_control: NotRequired[CacheControl]
+    cache_control: NotRequired[CacheControl | None]
+    citations: NotRequired[Iterable[Any] | None]
 
 
 class AnthropicRequest(TypedDict):

@@ -13,6 +13,7 @@ answers with; the expected cache split is worked out by hand from each provider'
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from pytest_httpserver import HTTPServer
 
 from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.clock import SteppingClock
-from ctxledger.adapters.engine import EngineSettings
+from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain.model import AgentIdentity, Layer, Source
@@ -38,7 +39,7 @@ NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
-def engine(tmp_path: Path) -> Any:
+def engine(tmp_path: Path) -> Iterator[ContextEngine]:
     eng = open_engine(
         open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}"),
         counter=default_counter(),
@@ -72,7 +73,7 @@ def _breakpoints(body: dict[str, Any]) -> list[dict[str, Any]]:
     return marks
 
 
-def test_anthropic_messages_on_the_wire(engine: Any, httpserver: HTTPServer) -> None:
+def test_anthropic_messages_on_the_wire(engine: ContextEngine, httpserver: HTTPServer) -> None:
     result = engine.build(AGENT, keywords=["auth"])
     tools = [
         {
@@ -129,7 +130,7 @@ def test_anthropic_messages_on_the_wire(engine: Any, httpserver: HTTPServer) -> 
     assert (event.cache_read_tokens, event.cache_write_tokens) == (2600, 1500)
 
 
-def test_openai_chat_on_the_wire(engine: Any, httpserver: HTTPServer) -> None:
+def test_openai_chat_on_the_wire(engine: ContextEngine, httpserver: HTTPServer) -> None:
     result = engine.build(AGENT, keywords=["auth"])
     tools = [
         {
@@ -181,7 +182,7 @@ def test_openai_chat_on_the_wire(engine: Any, httpserver: HTTPServer) -> None:
     assert event.output_tokens == 9
 
 
-def test_openai_responses_on_the_wire(engine: Any, httpserver: HTTPServer) -> None:
+def test_openai_responses_on_the_wire(engine: ContextEngine, httpserver: HTTPServer) -> None:
     result = engine.build(AGENT, keywords=["auth"])
     req = engine.render(
         result,
@@ -233,7 +234,7 @@ def test_openai_responses_on_the_wire(engine: Any, httpserver: HTTPServer) -> No
 
 @pytest.mark.parametrize("provider", ["anthropic", "openai"])
 def test_a_context_limit_reply_from_the_sdk_refreshes_the_generation(
-    engine: Any, httpserver: HTTPServer, provider: str
+    engine: ContextEngine, httpserver: HTTPServer, provider: str
 ) -> None:
     """The SDK's own exception for a 400 context-limit reply is what ``on_turn_error``
     classifies: the agent gets a new generation."""
@@ -250,11 +251,12 @@ def test_a_context_limit_reply_from_the_sdk_refreshes_the_generation(
                 },
             },
         )
-        client: Any = anthropic.Anthropic(
-            base_url=httpserver.url_for(""), api_key="test", max_retries=0
-        )
-        request: Any = engine.render(result, "anthropic", MODEL_A)
-        send: Any = client.messages.create
+        client = anthropic.Anthropic(base_url=httpserver.url_for(""), api_key="test", max_retries=0)
+        request = engine.render(result, "anthropic", MODEL_A)
+
+        def send() -> object:
+            return client.messages.create(**request)
+
         kind: type[Exception] = anthropic.BadRequestError
     else:
         path, error = (
@@ -270,13 +272,18 @@ def test_a_context_limit_reply_from_the_sdk_refreshes_the_generation(
                 }
             },
         )
-        client = openai.OpenAI(base_url=httpserver.url_for("/v1"), api_key="test", max_retries=0)
-        request = engine.render(result, "openai", MODEL_O)
-        send = client.chat.completions.create
+        chat_client = openai.OpenAI(
+            base_url=httpserver.url_for("/v1"), api_key="test", max_retries=0
+        )
+        chat_request = engine.render(result, "openai", MODEL_O)
+
+        def send() -> object:
+            return chat_client.chat.completions.create(**chat_request)
+
         kind = openai.BadRequestError
     httpserver.expect_request(path, method="POST").respond_with_json(error, status=400)
     with pytest.raises(kind) as caught:
-        send(**request)
+        send()
     engine.on_turn_error(AGENT, caught.value)
     after = engine.agent(AGENT)
     assert after.current.number == before + 1
