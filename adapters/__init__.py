@@ -16,6 +16,7 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import logging
 import sys
 import warnings
 from types import ModuleType
@@ -174,6 +175,15 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
     sys.meta_path.append(_MovedModules())
+
+# Every ctxledger logger (``ctxledger.engine``, ``ctxledger.render``, …) lives under this
+# package, so this runs before any of them logs. A library's own NullHandler, as the logging
+# HOWTO advises: with no handler anywhere, Python's last-resort handler would print the
+# library's warnings to stderr of an application that never configured logging. Records
+# still propagate to the application's handlers.
+_library_logger = logging.getLogger("ctxledger")  # adapters.logs.LOGGER
+if not any(isinstance(h, logging.NullHandler) for h in _library_logger.handlers):
+    _library_logger.addHandler(logging.NullHandler())
 
 
 @functools.cache

@@ -4,8 +4,10 @@ The engine logs under ``ctxledger.engine``: every build at DEBUG; rebuilds, refr
 conflict retries and context-limit turn errors at INFO; other turn errors and failed builds at
 WARNING. Each record carries ``agent_id`` and ``generation`` (and, where they apply,
 ``pack_id``, ``kind``, ``stream``, ``attempt``, ``error_class``, ``provider``) as attributes, so
-a JSON or OpenTelemetry handler sees them as structured fields. The library installs no
-handler; the CLI's ``--log-level`` installs one on stderr.
+a JSON or OpenTelemetry handler sees them as structured fields. The library installs only a
+``logging.NullHandler`` on ``ctxledger`` (in ``ctxledger.adapters``' ``__init__``: an
+application that configures no logging sees none of its records, not even warnings through
+Python's last-resort handler); the CLI's ``--log-level`` installs one on stderr.
 
 When ``opentelemetry-api`` is importable, every build is also a span ``ctxledger.build``
 (tracer ``ctxledger``) with the agent, generation, pack and token counts as attributes; without

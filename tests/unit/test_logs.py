@@ -290,3 +290,40 @@ def test_builds_run_without_opentelemetry() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout == "None 1\n"
+
+
+_WARN_WITHOUT_LOGGING = (
+    "import logging, sys\n"
+    "from ctxledger.adapters import open_engine\n"
+    "from ctxledger.domain.model import AgentIdentity\n"
+    "{setup}"
+    "e = open_engine('memory://')\n"
+    "e.register_agent(AgentIdentity(agent_id='a', role='primary', task='t', budget=500))\n"
+    "e.on_turn_error('a', RuntimeError('upstream 503: overloaded'))\n"  # a WARNING record
+    "handlers = logging.getLogger('ctxledger').handlers\n"
+    "print(','.join(type(h).__name__ for h in handlers))\n"
+)
+
+
+def _warn_in_subprocess(setup: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _WARN_WITHOUT_LOGGING.format(setup=setup)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_the_library_logger_has_a_null_handler_so_an_unconfigured_app_sees_nothing() -> None:
+    out = _warn_in_subprocess()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "NullHandler\n"  # one, and only it
+    # without it, Python's last-resort handler would print the warning here
+    assert out.stderr == ""
+
+
+def test_the_null_handler_keeps_records_flowing_to_the_apps_handlers() -> None:
+    out = _warn_in_subprocess("logging.basicConfig(level=logging.WARNING, format='%(message)s')\n")
+    assert out.returncode == 0, out.stderr
+    assert "upstream 503: overloaded" in out.stderr
