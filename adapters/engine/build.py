@@ -111,7 +111,7 @@ class BuildProtocol(EngineCore):
         the build in Failed (or Interrupted), never in nothing."""
         stream = self._stream(agent_id)
         with (
-            build_span(agent_id) as span,
+            build_span(agent_id, conversation_id=self._session(agent_id)) as span,
             self.ledger.stream_lock(stream, timeout=self.settings.lock_timeout_s),
         ):
             result = self._build_locked(

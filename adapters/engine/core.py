@@ -148,12 +148,15 @@ class EngineCore:
         """The limits ``adapters.boundary.checked`` holds every argument to."""
         return self.settings.limits
 
-    def _stream(self, agent_id: str) -> str:
-        session = self.settings.session_id
+    def _session(self, agent_id: str) -> str:
+        """The agent's session: its identity's, else the engine's."""
         ag = self.runner.generations.by_agent.get(agent_id)
         if ag is not None and ag.agent.session_id:
-            session = ag.agent.session_id
-        return stream_id_for(session, agent_id)
+            return ag.agent.session_id
+        return self.settings.session_id
+
+    def _stream(self, agent_id: str) -> str:
+        return stream_id_for(self._session(agent_id), agent_id)
 
     def _now(self) -> datetime:
         now = self.clock.now()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.core import EngineCore
+from ctxledger.adapters.logs import usage_attributes, usage_span
 from ctxledger.domain import events as ev
 from ctxledger.domain.turn_policy import decide_turn_succeeded
 from ctxledger.domain.usage import normalize_usage
@@ -22,24 +23,30 @@ class Usage(EngineCore):
         tokens by the share of its bytes the previous prompt already held (both recorded on the
         generation's last pack)."""
         ag = self.agent(agent_id)
-        u = normalize_usage(usage)
-        gen = ag.current
-        expected = 0
-        if gen.builds:
-            expected = round(u.prompt_tokens * gen.expected_cached_bytes / (gen.prompt_bytes or 1))
-        event = ev.CacheUsageRecorded(
-            at=self._now(),
-            agent_id=agent_id,
-            generation=gen.number,
-            provider=u.provider,
-            input_tokens=u.input_tokens,
-            cache_read_tokens=u.cache_read_tokens,
-            cache_write_tokens=u.cache_write_tokens,
-            output_tokens=u.output_tokens,
-            expected_cached_tokens=expected,
-        )
-        self._append_agent(agent_id, lambda: [event])
-        return event
+        session = self._session(agent_id)
+        with usage_span(agent_id, conversation_id=session) as span:
+            u = normalize_usage(usage)
+            gen = ag.current
+            expected = 0
+            if gen.builds:
+                share = gen.expected_cached_bytes / (gen.prompt_bytes or 1)
+                expected = round(u.prompt_tokens * share)
+            event = ev.CacheUsageRecorded(
+                at=self._now(),
+                agent_id=agent_id,
+                generation=gen.number,
+                provider=u.provider,
+                input_tokens=u.input_tokens,
+                cache_read_tokens=u.cache_read_tokens,
+                cache_write_tokens=u.cache_write_tokens,
+                output_tokens=u.output_tokens,
+                expected_cached_tokens=expected,
+            )
+            self._append_agent(agent_id, lambda: [event])
+            if span is not None:
+                attributes = usage_attributes(event, conversation_id=session, model=ag.agent.model)
+                span.set_attributes(attributes)
+            return event
 
     @checked
     def turn_succeeded(self, agent_id: str) -> None:

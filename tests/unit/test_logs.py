@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -21,6 +22,9 @@ from ctxledger.adapters.logs import LOGGER, StructuredFormatter, configure_loggi
 from ctxledger.domain import events as ev
 from ctxledger.domain.model import AgentIdentity, Layer, Source
 from ctxledger.domain.tokens import EstimatingCounter
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 AGENT = "primary-1"
 ENGINE_LOGGER = "ctxledger.engine"
@@ -327,3 +331,133 @@ def test_the_null_handler_keeps_records_flowing_to_the_apps_handlers() -> None:
     out = _warn_in_subprocess("logging.basicConfig(level=logging.WARNING, format='%(message)s')\n")
     assert out.returncode == 0, out.stderr
     assert "upstream 503: overloaded" in out.stderr
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
+    """The spans ctxledger finishes, through the real OpenTelemetry SDK (a provider of this
+    test's own: the global one is set once per process)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from ctxledger.adapters import logs
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    monkeypatch.setattr(logs, "_tracer", lambda: provider.get_tracer(LOGGER))
+    yield exporter
+    provider.shutdown()
+
+
+def test_the_gen_ai_names_are_the_semantic_conventions_own() -> None:
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as semconv
+
+    from ctxledger.adapters.logs import GEN_AI
+
+    assert GEN_AI == {
+        "operation": semconv.GEN_AI_OPERATION_NAME,
+        "provider": semconv.GEN_AI_PROVIDER_NAME,
+        "system": semconv.GEN_AI_SYSTEM,
+        "model": semconv.GEN_AI_REQUEST_MODEL,
+        "agent": semconv.GEN_AI_AGENT_ID,
+        "conversation": semconv.GEN_AI_CONVERSATION_ID,
+        "input_tokens": semconv.GEN_AI_USAGE_INPUT_TOKENS,
+        "output_tokens": semconv.GEN_AI_USAGE_OUTPUT_TOKENS,
+        "cache_read": semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
+        "cache_write": semconv.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS,
+    }
+
+
+def test_a_build_span_carries_the_gen_ai_operation_agent_and_conversation(
+    engine: ContextEngine, spans: InMemorySpanExporter
+) -> None:
+    engine.build(AGENT)
+    (span,) = spans.get_finished_spans()
+    attrs = dict(span.attributes or {})
+    assert attrs["gen_ai.operation.name"] == "retrieval"
+    assert attrs["gen_ai.agent.id"] == AGENT
+    assert attrs["gen_ai.conversation.id"] == engine.settings.session_id
+    assert "gen_ai.usage.input_tokens" not in attrs  # a build calls no model
+
+
+def test_report_usage_is_a_span_with_the_gen_ai_usage_of_the_sdks_own_usage(
+    spans: InMemorySpanExporter,
+) -> None:
+    from anthropic.types import Usage
+
+    with open_engine("memory://") as e:
+        e.register_agent(
+            AgentIdentity(
+                agent_id="coder",
+                role="worker",
+                task="t",
+                budget=4000,
+                model="claude-sonnet-4-5",
+                session_id="run-7",
+            )
+        )
+        e.build("coder")
+        usage = Usage(
+            input_tokens=40,
+            output_tokens=7,
+            cache_creation_input_tokens=1500,
+            cache_read_input_tokens=2600,
+        )
+        event = e.report_usage("coder", usage)
+    build, booked = spans.get_finished_spans()
+    assert (build.name, booked.name) == ("ctxledger.build", "ctxledger.report_usage")
+    assert dict(build.attributes or {})["gen_ai.conversation.id"] == "run-7"
+    attrs = dict(booked.attributes or {})
+    assert {k: v for k, v in attrs.items() if k.startswith("gen_ai.")} == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": "anthropic",
+        "gen_ai.system": "anthropic",
+        "gen_ai.request.model": "claude-sonnet-4-5",
+        "gen_ai.agent.id": "coder",
+        "gen_ai.conversation.id": "run-7",
+        # the whole prompt, cached parts included (Anthropic's input_tokens excludes them)
+        "gen_ai.usage.input_tokens": 40 + 2600 + 1500,
+        "gen_ai.usage.output_tokens": 7,
+        "gen_ai.usage.cache_read.input_tokens": 2600,
+        "gen_ai.usage.cache_creation.input_tokens": 1500,
+    }
+    assert (attrs["agent_id"], attrs["generation"]) == ("coder", event.generation)
+    assert attrs["expected_cached_tokens"] == event.expected_cached_tokens
+
+
+def test_openai_usage_counts_its_cached_tokens_once(
+    engine: ContextEngine, spans: InMemorySpanExporter
+) -> None:
+    from openai.types import CompletionUsage
+    from openai.types.completion_usage import PromptTokensDetails
+
+    usage = CompletionUsage(
+        prompt_tokens=4200,
+        completion_tokens=9,
+        total_tokens=4209,
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=3968),
+    )
+    engine.report_usage(AGENT, usage)
+    (span,) = spans.get_finished_spans()
+    attrs = dict(span.attributes or {})
+    assert attrs["gen_ai.provider.name"] == "openai"
+    assert "gen_ai.request.model" not in attrs  # the agent's identity names no model
+    assert attrs["gen_ai.usage.input_tokens"] == 4200  # prompt_tokens already includes them
+    assert attrs["gen_ai.usage.cache_read.input_tokens"] == 3968
+
+
+def test_unreadable_usage_is_an_error_span_without_usage(
+    engine: ContextEngine, spans: InMemorySpanExporter
+) -> None:
+    from opentelemetry.trace import StatusCode
+
+    from ctxledger.domain.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError):
+        engine.report_usage(AGENT, {"tokens": "many"})
+    (span,) = spans.get_finished_spans()
+    assert span.name == "ctxledger.report_usage"
+    assert span.status.status_code is StatusCode.ERROR
+    assert not [k for k in dict(span.attributes or {}) if k.startswith("gen_ai.usage.")]
