@@ -20,6 +20,13 @@ store can do it turns those conflicts into short waits:
   serves waiters in order;
 - memory: a lock per stream.
 
+These locks are why ctxledger is POSIX-only (its classifiers say ``Operating System ::
+POSIX``; docs/architecture.md, "Platforms"): Windows has neither ``fcntl`` byte-range locks
+with these semantics nor ``os.pread``/``os.pwrite``, and a whole-file lock (``msvcrt.locking``,
+``filelock``) waits by polling — the try-lock that starved waiters above. Where the calls are
+missing, the first write to a SQLite ledger raises a one-line ``LedgerUnavailableError``
+(:func:`missing_posix_calls`) instead of an ``ImportError`` from inside a commit.
+
 Locks are re-entrant within a thread (a build holds its stream across its two commits, and
 appends inside it take the lock again). A crashed holder releases everything: the OS drops
 its file locks, PostgreSQL ends its session. Waiting is bounded: past ``timeout`` the caller
@@ -34,6 +41,7 @@ import functools
 import hashlib
 import os
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -47,6 +55,7 @@ __all__ = [
     "LocalStreamLocks",
     "PgStreamLocks",
     "StreamLocks",
+    "missing_posix_calls",
 ]
 
 DEFAULT_TIMEOUT_S = 30.0
@@ -161,11 +170,31 @@ _FILES: dict[str, _SharedFile] = {}
 _FILES_GUARD = threading.Lock()
 
 
+def missing_posix_calls() -> tuple[str, ...]:
+    """The calls :class:`FileStreamLocks` is built on that this platform lacks (none on Linux
+    or macOS; ``fcntl``, ``os.pread`` and ``os.pwrite`` on Windows)."""
+    missing: list[str] = []
+    try:
+        import fcntl  # noqa: F401 (only whether it exists)
+    except ImportError:
+        missing.append("fcntl")
+    missing += [f"os.{name}" for name in ("pread", "pwrite") if not hasattr(os, name)]
+    return tuple(missing)
+
+
 class FileStreamLocks(StreamLocks):
     """Across processes on one machine: first-come, first-served ticket locks in
-    ``<database>-locks``."""
+    ``<database>-locks``. POSIX only: made where :func:`missing_posix_calls` finds a call
+    missing, it raises ``LedgerUnavailableError`` (made on the first write, so a reader never
+    gets here)."""
 
     def __init__(self, database: str) -> None:
+        missing = missing_posix_calls()
+        if missing:
+            raise LedgerUnavailableError(
+                f"writing to a SQLite ledger needs POSIX file locks, and this platform "
+                f"({sys.platform}) lacks {', '.join(missing)}: ctxledger runs on POSIX systems"
+            )
         super().__init__()
         self.path = f"{database}-locks"
         self._shared_key = os.path.realpath(self.path)
