@@ -3,8 +3,9 @@ import line::
 
     from ctxledger.adapters import AgentIdentity, Layer, Source, open_engine
 
-Names load on first use (``import ctxledger.adapters`` alone costs nothing: the CLI's
-``--help`` does not pay for the engine's imports). ``open_engine`` is the one way to open an
+Names load on first use (``import ctxledger.adapters`` alone loads nothing of the engine,
+only stdlib ``logging`` for the library's ``NullHandler``: the CLI's ``--help`` does not pay
+for the engine's imports). ``open_engine`` is the one way to open an
 engine (the composition root, ``adapters/bootstrap.py``); the CLI, the web inspector, the
 tests and the benchmarks open through it too. Anything not listed in ``__all__`` is internal.
 """
