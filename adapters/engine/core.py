@@ -7,12 +7,13 @@ engine lock (``serialized``).
 ``input_limits``) runs holding the engine's re-entrant ``lock`` (a ``threading.RLock``), over the
 whole read → decide → append → fold of a call, and over every read of the read models, so calls
 are serialised and a reader never sees a half-folded state (before it, two threads folding the
-same new events at once counted them twice: 246 builds saved where the log had 240). What can
-wait while holding it is bounded: the stream lock of another process (``lock_timeout_s``, then
-``ConflictError``), a store that does not answer (``UNAVAILABLE_AFTER_S`` per store call, then
-``LedgerUnavailableError``) and the jittered backoff between conflict retries (at most 2 ms doubled per
-retry, ``conflict_retries`` tries). Nothing under the lock waits for another thread of this process, so
-no caller waits forever. Methods call one another freely (the lock is re-entrant); a caller may
+same new events at once counted them twice: 246 builds saved where the log had 240). Under it
+a call waits only for what never waits for this engine's lock, each bounded: another writer's
+hold on the stream (another process, or another engine over the same store; ``lock_timeout_s``,
+then ``ConflictError``), a store that does not answer (``UNAVAILABLE_AFTER_S`` per store call,
+then ``LedgerUnavailableError``) and the jittered backoff between conflict retries (2 ms doubled
+per retry, ``conflict_retries`` tries): a slow call delays the other callers, never blocks them
+forever. Methods call one another freely (the lock is re-entrant); a caller may
 hold ``engine.lock`` itself to make several calls one step.
 """
 
