@@ -10,8 +10,9 @@ script's ``replay --verify`` and ``audit --rederive`` must be clean, and the eve
 have kept ticking throughout.
 
 Also here: every public method of the engine holds its lock (but the pure ``render``), a call
-waits for a lock another thread holds, ``AsyncContextEngine`` offers every public method and
-never blocks its loop, not even while the engine lock is held elsewhere."""
+waits for a lock another thread holds, a call stuck on another writer's stream delays the
+engine's other callers only until its timeout, and ``AsyncContextEngine`` offers every public
+method and never blocks its loop, not even while the engine lock is held elsewhere."""
 
 from __future__ import annotations
 
@@ -30,11 +31,11 @@ from ctxledger.adapters.bootstrap import open_engine
 from ctxledger.adapters.engine import ContextEngine, EngineSettings
 from ctxledger.adapters.engine.core import SERIALIZED
 from ctxledger.adapters.integrations.async_engine import AsyncContextEngine
-from ctxledger.adapters.ledger import open_ledger
+from ctxledger.adapters.ledger import open_ledger, stream_id_for
 from ctxledger.adapters.ledger.projection_runner import ProjectionRunner
 from ctxledger.adapters.tokens import default_counter
 from ctxledger.domain import events as ev
-from ctxledger.domain.errors import InvalidInputError
+from ctxledger.domain.errors import ConflictError, InvalidInputError
 from ctxledger.domain.model import AgentIdentity
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -320,3 +321,50 @@ def test_the_loop_keeps_ticking_while_a_call_waits_for_the_lock(tmp_path: Path) 
             await aengine.pool("w")
 
     asyncio.run(main())
+
+
+def test_a_call_stuck_on_another_writer_delays_the_others_but_not_forever(tmp_path: Path) -> None:
+    """Another engine over the same store holds agent ``w``'s stream; a call for ``w`` waits
+    for it under the engine lock, so a call for ``x`` from another thread waits too — until
+    the first gives up at ``lock_timeout_s`` (ConflictError); then ``x`` goes through."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    engine = open_engine(url, counter=default_counter(), settings=EngineSettings(lock_timeout_s=1))
+    engine.register_agent(_identity("w"))
+    engine.register_agent(_identity("x"))
+    other = open_ledger(url)
+    held, release = threading.Event(), threading.Event()
+    outcomes: dict[str, tuple[str, float]] = {}
+
+    def hold() -> None:
+        with other.stream_lock(stream_id_for("default", "w"), timeout=5):
+            held.set()
+            release.wait(30)
+
+    def call(agent_id: str) -> None:
+        started = time.monotonic()
+        try:
+            engine.record(agent_id, f"{agent_id}: pytest 1 failed")
+            outcomes[agent_id] = ("recorded", time.monotonic() - started)
+        except ConflictError:
+            outcomes[agent_id] = ("conflict", time.monotonic() - started)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert held.wait(10)
+    stuck = threading.Thread(target=call, args=("w",))
+    stuck.start()
+    time.sleep(0.2)  # ``w`` is waiting for the stream, holding the engine lock
+    behind = threading.Thread(target=call, args=("x",))
+    behind.start()
+    stuck.join(20)
+    behind.join(20)
+    release.set()
+    holder.join(10)
+    other.close()
+    assert outcomes["w"][0] == "conflict"
+    assert 0.9 <= outcomes["w"][1] < 5, outcomes
+    assert outcomes["x"][0] == "recorded"
+    assert 0.5 <= outcomes["x"][1] < 5, outcomes  # waited for ``w``'s call, then went through
+    assert engine.pool("x").recorded == 1
+    assert engine.pool("w").recorded == 0
+    engine.close()
