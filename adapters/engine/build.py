@@ -12,7 +12,13 @@ from typing import Literal
 import msgspec
 
 from ctxledger.adapters.engine.boundary import checked
-from ctxledger.adapters.engine.core import BuildResult, EngineCore, log, pause_after_conflict
+from ctxledger.adapters.engine.core import (
+    BuildResult,
+    EngineCore,
+    log,
+    pause_after_conflict,
+    serialized,
+)
 from ctxledger.adapters.ledger import Recorded
 from ctxledger.adapters.logs import build_span
 from ctxledger.domain import events as ev
@@ -51,6 +57,7 @@ class BuildProtocol(EngineCore):
     """``build`` and the two-commit protocol every build (refresh, rebuild) runs through."""
 
     @checked
+    @serialized
     def build(
         self,
         agent_id: str,

@@ -8,7 +8,7 @@ could be undone by a writer that pinned, removed or replaced the item in between
 from __future__ import annotations
 
 from ctxledger.adapters.engine.boundary import checked
-from ctxledger.adapters.engine.core import EngineCore
+from ctxledger.adapters.engine.core import EngineCore, serialized
 from ctxledger.domain.controls_policy import decide_pin, decide_remove, decide_unpin, decide_verify
 
 __all__ = ["Controls"]
@@ -18,6 +18,7 @@ class Controls(EngineCore):
     """Pin, unpin, remove and verify items of an agent's pool."""
 
     @checked
+    @serialized
     def pin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
         self._append_agent(
             agent_id,
@@ -27,6 +28,7 @@ class Controls(EngineCore):
         )
 
     @checked
+    @serialized
     def unpin(self, agent_id: str, item_id: str, *, by: str = "") -> None:
         self._append_agent(
             agent_id,
@@ -36,6 +38,7 @@ class Controls(EngineCore):
         )
 
     @checked
+    @serialized
     def remove(self, agent_id: str, item_id: str, *, reason: str = "manual") -> None:
         self._append_agent(
             agent_id,
@@ -45,6 +48,7 @@ class Controls(EngineCore):
         )
 
     @checked
+    @serialized
     def verify_finding(
         self, agent_id: str, item_id: str, *, by: str = "", evidence: str = ""
     ) -> None:

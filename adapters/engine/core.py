@@ -1,13 +1,31 @@
 """The engine's shared machinery: the ledger, the read models, settings and clock, the one way
-to append (``decide_and_append``), stream naming, and the screening of free text in events."""
+to append (``decide_and_append``), stream naming, the screening of free text in events, and the
+engine lock (``serialized``).
+
+**Threads.** One engine may be called from many threads at once (and from asyncio tasks through
+``AsyncContextEngine``): every public method except the pure ``render`` (and the frozen
+``input_limits``) runs holding the engine's re-entrant ``lock`` (a ``threading.RLock``), over the
+whole read → decide → append → fold of a call, and over every read of the read models, so calls
+are serialised and a reader never sees a half-folded state (before it, two threads folding the
+same new events at once counted them twice: 246 builds saved where the log had 240). Under it
+a call waits only for what never waits for this engine's lock, each bounded: another writer's
+hold on the stream (another process, or another engine over the same store; ``lock_timeout_s``,
+then ``ConflictError``), a store that does not answer (``UNAVAILABLE_AFTER_S`` per store call,
+then ``LedgerUnavailableError``) and the jittered backoff between conflict retries (2 ms doubled
+per retry, ``conflict_retries`` tries): a slow call delays the other callers, never blocks them
+forever. Methods call one another freely (the lock is re-entrant); a caller may
+hold ``engine.lock`` itself to make several calls one step.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 import msgspec
 
@@ -34,7 +52,17 @@ from ctxledger.projections.turn_memo import TurnMemo
 if TYPE_CHECKING:  # the memory subsystem (catalog, pydantic schemas) loads with a ProjectMemory
     from ctxledger.adapters.memory.project import ProjectMemory
 
-__all__ = ["BuildResult", "EngineCore", "EngineSettings", "log", "pause_after_conflict"]
+__all__ = [
+    "SERIALIZED",
+    "BuildResult",
+    "EngineCore",
+    "EngineSettings",
+    "log",
+    "pause_after_conflict",
+    "serialized",
+]
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 log = logging.getLogger("ctxledger.engine")
 """Builds (debug), rebuilds, refreshes, conflict retries, turn errors (see adapters/logs.py)."""
@@ -71,6 +99,24 @@ def pause_after_conflict(attempt: int) -> None:
     pause(attempt, first=0.002, jitter=True)
 
 
+SERIALIZED = "__ctxledger_serialized__"
+"""The mark ``serialized`` leaves on a method (the suite checks every public method has it)."""
+
+
+def serialized(fn: F) -> F:
+    """*fn*, an engine method, run holding the engine's ``lock`` (re-entrant: a method that
+    calls another takes it again). Put it under ``checked``: arguments are checked before
+    the lock is taken."""
+
+    @functools.wraps(fn)
+    def wrapper(self: EngineCore, *args: Any, **kwargs: Any) -> Any:
+        with self.lock:
+            return fn(self, *args, **kwargs)
+
+    wrapper.__dict__[SERIALIZED] = True
+    return cast(F, wrapper)
+
+
 class EngineCore:
     """What every use case of the engine shares (``ContextEngine`` composes the use cases)."""
 
@@ -85,6 +131,8 @@ class EngineCore:
         runner: ProjectionRunner | None = None,
         scanner: SecretScanner | None = None,
     ) -> None:
+        self.lock = threading.RLock()
+        """Held by every public method but ``render`` (see the module's "Threads")."""
         self.ledger = ledger
         self._scanner = scanner
         self.memory = memory
@@ -101,6 +149,7 @@ class EngineCore:
         """Per agent, the planning facts of its last pack (``projections.turn_memo``)."""
         self._redactions: dict[str, str] = {}
 
+    @serialized
     def close(self) -> None:
         self.checkpoint()
         self.ledger.close()
@@ -108,6 +157,7 @@ class EngineCore:
     # --- read models ----------------------------------------------------------------------------
 
     @property
+    @serialized
     def runner(self) -> ProjectionRunner:
         """The read models, loaded and caught up on first use (never in the constructor)."""
         if self._runner is None:
@@ -115,10 +165,12 @@ class EngineCore:
             self._runner.run_once()
         return self._runner
 
+    @serialized
     def catch_up(self) -> None:
         """Fold events other processes appended since we last looked."""
         self.runner.catch_up()
 
+    @serialized
     def checkpoint(self) -> None:
         """Persist the read models with their position."""
         self.runner.catch_up()
@@ -126,19 +178,23 @@ class EngineCore:
         self._since_save = 0
 
     @property
+    @serialized
     def states(self) -> ReadModels:
         """The read models at the last catch-up (a typed snapshot)."""
         return self.runner.models
 
+    @serialized
     def agent(self, agent_id: str) -> AgentGenerations:
         found = self.runner.generations.by_agent.get(agent_id)
         if found is None:
             raise UnknownAgentError(f"unknown agent {agent_id[:80]!r}")
         return found
 
+    @serialized
     def pool(self, agent_id: str) -> AgentPool:
         return self.runner.pool.by_agent.get(agent_id, AgentPool())
 
+    @serialized
     def building(self, agent_id: str) -> str:
         """The pack id of the agent's build in flight (``""``: none)."""
         return self.runner.context_state.building_pack(agent_id)
@@ -203,6 +259,7 @@ class EngineCore:
 
     # --- the one way to append ------------------------------------------------------------------
 
+    @serialized
     def decide_and_append(
         self, stream: str, decide: Callable[[int], Sequence[ev.Event]]
     ) -> list[ev.Event]:
@@ -277,6 +334,7 @@ class EngineCore:
     # --- free text in events --------------------------------------------------------------------
 
     @property
+    @serialized
     def scanner(self) -> SecretScanner:
         """The secret scanner items are screened with (the memory intake's; built on first use:
         it compiles the detect-secrets plugins)."""

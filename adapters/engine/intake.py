@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from ctxledger.adapters.engine.boundary import checked
-from ctxledger.adapters.engine.core import EngineCore
+from ctxledger.adapters.engine.core import EngineCore, serialized
 from ctxledger.adapters.ledger import stream_id_for
 from ctxledger.domain import events as ev
 from ctxledger.domain.build_policy import check_budget, validate_settings
@@ -38,6 +38,7 @@ class Intake(EngineCore):
     """Agents, their settings, and what is recorded into their pools."""
 
     @checked
+    @serialized
     def register_agent(
         self, identity: AgentIdentity, settings: AgentSettings | None = None
     ) -> None:
@@ -66,6 +67,7 @@ class Intake(EngineCore):
         self.decide_and_append(stream_id_for(identity.session_id, agent_id), decide)
 
     @checked
+    @serialized
     def configure(
         self,
         agent_id: str,
@@ -160,6 +162,7 @@ class Intake(EngineCore):
                 return item.id.replace(before[:n], after[:n])
         return item.id
 
+    @serialized
     def make_item(
         self,
         agent_id: str,
@@ -191,6 +194,7 @@ class Intake(EngineCore):
             raise InvalidInputError(f"bad item field: {exc}") from None
 
     @checked
+    @serialized
     def record(self, agent_id: str, item: Item | str, **kwargs: Any) -> Item:
         """Record an observation into the agent's pool (text or a ready Item)."""
         self.agent(agent_id)
@@ -208,6 +212,7 @@ class Intake(EngineCore):
         return it
 
     @checked
+    @serialized
     def record_many(self, agent_id: str, items: Sequence[Item]) -> list[Item]:
         """Record several items in one append (all or none); returns them as recorded (ids and
         content redacted by the agent's secrets policy)."""
@@ -225,6 +230,7 @@ class Intake(EngineCore):
         return ready
 
     @checked
+    @serialized
     def add_steering_note(self, agent_id: str, text: str, *, stage: str = "") -> Item:
         """User guidance: pinned, session-stable, never dropped."""
         self.agent(agent_id)

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from ctxledger.adapters.engine.boundary import checked
-from ctxledger.adapters.engine.core import EngineCore
+from ctxledger.adapters.engine.core import EngineCore, serialized
 from ctxledger.domain import events as ev
 from ctxledger.domain.compression import compress_report
 from ctxledger.domain.erasure_policy import decide_erase
@@ -23,6 +23,7 @@ class Memory(EngineCore):
     """Erase, promote / verify / retire / delete memory, report to the parent."""
 
     @checked
+    @serialized
     def erase(self, agent_id: str, item_id: str = "", *, reason: str) -> ev.ContentErased:
         """Erase the text of one item (*item_id*) or of everything the agent recorded, by
         destroying its content keys (``adapters.content_seal``). The items leave the pool
@@ -62,6 +63,7 @@ class Memory(EngineCore):
         return erased
 
     @checked
+    @serialized
     def promote(self, agent_id: str, item_id: str) -> str:
         """Promote an item to a project-memory candidate (verified stays false until an
         explicit ``verify_memory``); the body goes to the catalog, the ledger gets its hash."""
@@ -74,6 +76,7 @@ class Memory(EngineCore):
         return event.memory_id
 
     @checked
+    @serialized
     def verify_memory(self, memory_id: str, *, by: str = "") -> None:
         """Explicit verification of one memory entry (the only way it becomes verified)."""
         memory = self._require_memory()
@@ -82,12 +85,14 @@ class Memory(EngineCore):
         )
 
     @checked
+    @serialized
     def retire_memory(self, memory_id: str, *, reason: str = "") -> None:
         memory = self._require_memory()
         event = memory.retire(memory_id, now=self._now(), reason=reason)
         self._append_memory(memory.stream_of(memory_id), event)
 
     @checked
+    @serialized
     def delete_memory(self, memory_id: str) -> ev.MemoryDeleted:
         """Erase a memory body under the erasure policy, and the ledger's copy of it: the
         text of the item(s) it was promoted from is erased too (``erase``) when the ledger
@@ -121,6 +126,7 @@ class Memory(EngineCore):
         return event
 
     @checked
+    @serialized
     def report_to_parent(self, worker_id: str) -> Item:
         """Compress a worker's transcript into a parent report and record it in the parent's
         pool: the Primary sees the report, never the raw transcript."""

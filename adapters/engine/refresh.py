@@ -10,7 +10,7 @@ import msgspec
 
 from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.build import BuildProtocol
-from ctxledger.adapters.engine.core import BuildResult, log
+from ctxledger.adapters.engine.core import BuildResult, log, serialized
 from ctxledger.domain import events as ev
 from ctxledger.domain.build_policy import next_refresh_attempt, refresh_made_progress
 from ctxledger.domain.errors import InvalidInputError
@@ -34,6 +34,7 @@ class Refresh(BuildProtocol):
     """``on_turn_error``, ``refresh`` and ``rebuild``: new generations built by the protocol."""
 
     @checked
+    @serialized
     def on_turn_error(
         self, agent_id: str, error: object, *, provider: str = ""
     ) -> TurnErrorOutcome:
@@ -80,6 +81,7 @@ class Refresh(BuildProtocol):
         )
 
     @checked
+    @serialized
     def refresh(
         self,
         agent_id: str,
@@ -164,6 +166,7 @@ class Refresh(BuildProtocol):
         self._append_agent(agent_id, decide)
 
     @checked
+    @serialized
     def rebuild(self, agent_id: str, *, reason: str = "manual") -> BuildResult:
         """Manual control: re-pack into a new generation below the watermark."""
         if not self.agent(agent_id).current.builds:

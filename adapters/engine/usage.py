@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ctxledger.adapters.engine.boundary import checked
-from ctxledger.adapters.engine.core import EngineCore
+from ctxledger.adapters.engine.core import EngineCore, serialized
 from ctxledger.adapters.logs import usage_attributes, usage_span
 from ctxledger.domain import events as ev
 from ctxledger.domain.turn_policy import decide_turn_succeeded
@@ -15,6 +15,7 @@ __all__ = ["Usage"]
 class Usage(EngineCore):
     """``report_usage`` and ``turn_succeeded``."""
 
+    @serialized
     def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
         """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call: a
         mapping or the SDK's own usage object (``response.usage`` of anthropic or openai, an
@@ -49,6 +50,7 @@ class Usage(EngineCore):
             return event
 
     @checked
+    @serialized
     def turn_succeeded(self, agent_id: str) -> None:
         """The last model call went through but there is no provider usage to report (e.g. a
         simulated run): ends the turn's refresh count, as ``report_usage`` does."""

@@ -1,9 +1,12 @@
 """``AsyncContextEngine``: the engine's API awaitable from an event loop.
 
-Every call runs on one worker thread of its own, in the order awaited, so an orchestrator on
-asyncio never blocks its loop on a commit and the engine is never entered from two threads at
-once (it is one writer; run several engines for parallel writers). ``render`` is pure and
-runs inline.
+Every call runs on a worker thread of its own (one per ``AsyncContextEngine``), one call at a
+time in the order awaited, with the caller's context variables (an OpenTelemetry span stays the
+parent of the engine's); the loop only awaits the call's future, so it goes on running other
+tasks while a call commits, waits for a stream lock, or waits for the engine lock that another
+thread holds — no call blocks the loop. The engine is safe from many threads (its lock,
+``adapters.engine.core``), so the same engine may be called directly from other threads at the
+same time. ``render`` is pure and runs inline; ``input_limits`` is frozen.
 
     engine = AsyncContextEngine(open_engine("sqlite:///ledger.db"))
     await engine.record("worker-1", tool_output)
@@ -17,6 +20,7 @@ runs inline.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +28,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from ctxledger.adapters.engine import BuildResult, ContextEngine
 from ctxledger.domain import events as ev
+from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import Item
 from ctxledger.domain.render import (
     AnthropicRequest,
@@ -33,7 +38,7 @@ from ctxledger.domain.render import (
     Provider,
     ProviderRequest,
 )
-from ctxledger.domain.settings import AgentSettings
+from ctxledger.domain.settings import AgentSettings, InputLimits
 from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.generations import AgentGenerations
 from ctxledger.projections.pool import AgentPool
@@ -49,16 +54,29 @@ class AsyncContextEngine:
     def __init__(self, engine: ContextEngine) -> None:
         self.engine = engine
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ctxledger")
+        self._closed = False
 
     async def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on the worker thread, awaited (the loop stays free)."""
+        if self._closed:
+            raise InvalidInputError("this AsyncContextEngine is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._worker, functools.partial(fn, *args, **kwargs))
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await loop.run_in_executor(self._worker, call)
+
+    @property
+    def input_limits(self) -> InputLimits:
+        """``ContextEngine.input_limits`` (frozen: no await)."""
+        return self.engine.input_limits
 
     async def register_agent(self, *args: Any, **kwargs: Any) -> None:
         await self._run(self.engine.register_agent, *args, **kwargs)
 
     async def configure(self, agent_id: str, **kwargs: Any) -> AgentSettings:
         return await self._run(self.engine.configure, agent_id, **kwargs)
+
+    async def make_item(self, agent_id: str, content: str, **kwargs: Any) -> Item:
+        return await self._run(self.engine.make_item, agent_id, content, **kwargs)
 
     async def record(self, agent_id: str, item: Item | str, **kwargs: Any) -> Item:
         return await self._run(self.engine.record, agent_id, item, **kwargs)
@@ -167,21 +185,62 @@ class AsyncContextEngine:
     async def on_turn_error(self, agent_id: str, error: object, **kwargs: Any) -> Any:
         return await self._run(self.engine.on_turn_error, agent_id, error, **kwargs)
 
+    async def erase(self, agent_id: str, item_id: str = "", *, reason: str) -> ev.ContentErased:
+        return await self._run(self.engine.erase, agent_id, item_id, reason=reason)
+
+    async def promote(self, agent_id: str, item_id: str) -> str:
+        return await self._run(self.engine.promote, agent_id, item_id)
+
+    async def verify_memory(self, memory_id: str, *, by: str = "") -> None:
+        await self._run(self.engine.verify_memory, memory_id, by=by)
+
+    async def retire_memory(self, memory_id: str, *, reason: str = "") -> None:
+        await self._run(self.engine.retire_memory, memory_id, reason=reason)
+
+    async def delete_memory(self, memory_id: str) -> ev.MemoryDeleted:
+        return await self._run(self.engine.delete_memory, memory_id)
+
+    async def report_to_parent(self, worker_id: str) -> Item:
+        return await self._run(self.engine.report_to_parent, worker_id)
+
+    async def decide_and_append(
+        self, stream: str, decide: Callable[[int], Sequence[ev.Event]]
+    ) -> list[ev.Event]:
+        """``ContextEngine.decide_and_append`` (*decide* runs on the worker thread)."""
+        return await self._run(self.engine.decide_and_append, stream, decide)
+
     async def agent(self, agent_id: str) -> AgentGenerations:
         return await self._run(self.engine.agent, agent_id)
 
     async def pool(self, agent_id: str) -> AgentPool:
         return await self._run(self.engine.pool, agent_id)
 
+    async def building(self, agent_id: str) -> str:
+        return await self._run(self.engine.building, agent_id)
+
     async def states(self) -> ReadModels:
         return await self._run(lambda: self.engine.states)
 
+    async def catch_up(self) -> None:
+        await self._run(self.engine.catch_up)
+
+    async def checkpoint(self) -> None:
+        await self._run(self.engine.checkpoint)
+
+    async def close(self) -> None:
+        """``aclose`` (the engine's ``close``, awaitable)."""
+        await self.aclose()
+
     async def aclose(self) -> None:
-        """Close the engine (saving its read models) and stop the worker."""
+        """Close the engine (saving its read models, after every call awaited before) and stop
+        the worker, without blocking the loop; a second call does nothing."""
+        if self._closed:
+            return
         try:
             await self._run(self.engine.close)
         finally:
-            self._worker.shutdown(wait=True)
+            self._closed = True
+            self._worker.shutdown(wait=False)
 
     async def __aenter__(self) -> AsyncContextEngine:
         return self

@@ -106,7 +106,11 @@ class ProjectionRunner:
     run; they are saved in one transaction with their position: the persisted models are
     never partially applied. ``run_once`` saves when it has caught up (and, on a long
     catch-up, every ``save_every_s`` seconds or more: re-encoding every model per 1,000
-    events made opening an unsaved log quadratic)."""
+    events made opening an unsaved log quadratic).
+
+    Not thread-safe: one caller at a time (two folding the same new events at once would
+    count them twice). The engine calls its runner only under the engine lock
+    (``adapters.engine.core``), the web app under its own read lock."""
 
     def __init__(
         self,
