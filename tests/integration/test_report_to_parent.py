@@ -57,7 +57,8 @@ def test_a_long_transcript_reaches_the_parent_as_one_capped_report(tmp_path: Pat
         # the first ones that fit (transcript order), the last one clipped with an ellipsis
         body = summary[len("Summary: ") :]
         assert SUMMARY_CHARS - 110 < len(body) <= SUMMARY_CHARS
-        assert "parse_0 " in body and "parse_59 " not in body
+        assert "parse_0 " in body
+        assert "parse_59 " not in body
         sections = _sections(report.content)
         assert set(sections) == {"Files", "Symbols", "Commands", "Risks"}
         for values in sections.values():
@@ -66,7 +67,8 @@ def test_a_long_transcript_reaches_the_parent_as_one_capped_report(tmp_path: Pat
         # entries longer than 200 characters (the 250-character paths, the 300-character
         # commands) are cut to exactly 200, the last one an ellipsis
         long_paths = [f for f in sections["Files"] if "d" * 100 in f]
-        assert long_paths and all(len(f) == 200 and f.endswith("…") for f in long_paths)
+        assert long_paths
+        assert all(len(f) == 200 and f.endswith("…") for f in long_paths)
         assert all(len(c) == 200 and c.endswith("…") for c in sections["Commands"])
         assert sections["Symbols"][:3] == ["Sym0", "Sym1", "Sym2"]
         assert len(report.files) <= LIST_CAP
