@@ -34,7 +34,17 @@ from ctxledger.projections.turn_memo import TurnMemo
 if TYPE_CHECKING:  # the memory subsystem (catalog, pydantic schemas) loads with a ProjectMemory
     from ctxledger.adapters.memory.project import ProjectMemory
 
-__all__ = ["BuildResult", "EngineCore", "EngineSettings", "log", "pause_after_conflict"]
+__all__ = [
+    "RECALL_STREAM",
+    "BuildResult",
+    "EngineCore",
+    "EngineSettings",
+    "log",
+    "pause_after_conflict",
+]
+
+RECALL_STREAM = "settings/recall"
+"""The stream of the ledger-wide recall switch (``RecallSwitched``)."""
 
 log = logging.getLogger("ctxledger.engine")
 """Builds (debug), rebuilds, refreshes, conflict retries, turn errors (see adapters/logs.py)."""
@@ -138,6 +148,17 @@ class EngineCore:
 
     def pool(self, agent_id: str) -> AgentPool:
         return self.runner.pool.by_agent.get(agent_id, AgentPool())
+
+    @property
+    def recall_enabled(self) -> bool:
+        """Whether builds recall project memory: the ledger's recorded switch (the latest
+        ``RecallSwitched``), or before any, the engine's ``ProjectMemory.settings``; never
+        without a project-memory catalog. (An agent's ``AgentSettings.recall`` can still turn
+        it off for that agent.)"""
+        if self.memory is None:
+            return False
+        recorded = self.runner.inspector.recall_enabled
+        return self.memory.settings.enabled if recorded is None else recorded
 
     def building(self, agent_id: str) -> str:
         """The pack id of the agent's build in flight (``""``: none)."""
