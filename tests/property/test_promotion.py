@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -36,7 +37,7 @@ def _now() -> datetime:
 def test_promotion_keeps_verification_and_makes_an_l2_finding(
     origin: Item, verified: bool, to: str
 ) -> None:
-    origin = origin if not verified else Item(**{**_fields(origin), "verified": True})
+    origin = msgspec.structs.replace(origin, verified=True) if verified else origin
     if origin.source in NOT_FINDINGS:
         with pytest.raises(InvalidInputError, match="not a finding"):
             decide_promote_finding("w", origin.id, origin, to_agent=to, promoted={}, now=_now)
@@ -87,7 +88,3 @@ def test_the_folded_recall_setting_is_the_last_switch(switches: list[bool], defa
         assert state.recall_enabled is switches[-1]
     else:
         assert state.recall_enabled is None  # never recorded: the engine's default decides
-
-
-def _fields(item: Item) -> dict[str, object]:
-    return {f: getattr(item, f) for f in item.__struct_fields__}
