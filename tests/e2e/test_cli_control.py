@@ -176,3 +176,24 @@ def test_promote_finding_puts_a_worker_finding_in_the_parent_pool(tmp_path: Path
     audit = run("audit", "--store", store, "--rederive", "--json", cwd=tmp_path)
     assert audit.returncode == 0, audit.stdout
     assert json.loads(audit.stdout)["mismatches"] == 0
+
+
+def test_memory_recall_switch_is_recorded_once_and_audited(tmp_path: Path) -> None:
+    assert run("demo", cwd=tmp_path).returncode == 0
+    store = "sqlite:///.ctxledger/demo.db"
+
+    def recall(*state: str) -> dict[str, object]:
+        out = run("memory", "recall", *state, "--store", store, "--json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return dict(json.loads(out.stdout))
+
+    assert recall() == {"recall": "not recorded", "events": 0}
+    assert recall("off") == {"recall": "off", "events": 1}
+    assert recall("off") == {"recall": "off", "events": 0}  # already off: nothing appended
+    assert recall() == {"recall": "off", "events": 0}  # a new process reads it from the log
+    audit = run("audit", "--store", store, "--rederive", "--json", cwd=tmp_path)
+    assert audit.returncode == 0, audit.stdout
+    assert json.loads(audit.stdout)["clean"] is True
+    missing = run("memory", "recall", "off", "--store", "sqlite:///nope.db", cwd=tmp_path)
+    assert missing.returncode == 1
+    assert "no ledger at nope.db" in missing.stderr
