@@ -1,5 +1,6 @@
 """Intake: registering and configuring agents, recording items and steering notes, promoting a
-finding into a context pool, and the secret screening of items (redaction, and the ids derived again from redacted content)."""
+finding into a context pool, and the secret screening of items (redaction, and the ids derived
+again from redacted content)."""
 
 from __future__ import annotations
 
