@@ -187,6 +187,15 @@ _EVENT_STRATEGIES: dict[type[ev.EventBase], st.SearchStrategy[Any]] = {
     ev.FindingVerified: _builds(
         ev.FindingVerified, agent_id=_ids, item_id=_ids, by=_short, evidence=_short
     ),
+    ev.FindingPromoted: _builds(
+        ev.FindingPromoted,
+        agent_id=_ids,
+        item_id=_ids,
+        from_agent=_ids,
+        from_item=_ids,
+        verified=st.booleans(),
+        by=_short,
+    ),
     ev.ContextBuildingStarted: _builds(
         ev.ContextBuildingStarted,
         agent_id=_ids,
@@ -298,6 +307,7 @@ _EVENT_STRATEGIES: dict[type[ev.EventBase], st.SearchStrategy[Any]] = {
         tokens=_count,
         bytes=_count,
     ),
+    ev.RecallSwitched: _builds(ev.RecallSwitched, enabled=st.booleans(), by=_short),
 }
 
 missing = set(ev.EVENT_TYPES.values()) - set(_EVENT_STRATEGIES)

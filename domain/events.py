@@ -30,6 +30,7 @@ __all__ = [
     "ContextPackBuilt",
     "Event",
     "EventBase",
+    "FindingPromoted",
     "FindingVerified",
     "GenerationKindName",
     "GenerationRefreshed",
@@ -43,6 +44,7 @@ __all__ = [
     "MemoryRetired",
     "MemoryVerified",
     "RecallRendered",
+    "RecallSwitched",
     "SteeringNoteAdded",
     "TurnFailed",
     "TurnSucceeded",
@@ -126,6 +128,21 @@ class FindingVerified(EventBase, frozen=True, kw_only=True):
     item_id: str
     by: str = ""
     evidence: str = ""
+
+
+class FindingPromoted(EventBase, frozen=True, kw_only=True):
+    """A finding of one agent's pool was promoted into the context pool of *agent_id* (the
+    agent itself or another, e.g. its parent) as a structured finding: the ``ItemRecorded``
+    just before it on the same stream holds the new pool item *item_id*. ``from_agent`` and
+    ``from_item`` are its provenance; ``verified`` is the origin's verification when promoted
+    (promotion never verifies)."""
+
+    agent_id: str
+    item_id: str
+    from_agent: str
+    from_item: str
+    verified: bool = False
+    by: str = ""
 
 
 # --- context building lifecycle (core-context) ------------------------------------------------
@@ -318,6 +335,15 @@ class RecallRendered(EventBase, frozen=True, kw_only=True):
     bytes: Count = 0
 
 
+class RecallSwitched(EventBase, frozen=True, kw_only=True):
+    """Project-memory recall turned on or off for the whole ledger (every agent, every
+    process that opens it), until the next switch; an agent's own ``AgentSettings.recall``
+    can still turn it off for that agent."""
+
+    enabled: bool
+    by: str = ""
+
+
 Event = (
     AgentRegistered
     | AgentConfigured
@@ -327,6 +353,7 @@ Event = (
     | ItemUnpinned
     | ItemRemoved
     | FindingVerified
+    | FindingPromoted
     | ContextBuildingStarted
     | ContextPackBuilt
     | ContextBuildingFailed
@@ -341,6 +368,7 @@ Event = (
     | MemoryRetired
     | MemoryDeleted
     | RecallRendered
+    | RecallSwitched
     | ContentErased
 )
 
@@ -355,6 +383,7 @@ EVENT_TYPES: Mapping[str, type[EventBase]] = {
         ItemUnpinned,
         ItemRemoved,
         FindingVerified,
+        FindingPromoted,
         ContextBuildingStarted,
         ContextPackBuilt,
         ContextBuildingFailed,
@@ -369,6 +398,7 @@ EVENT_TYPES: Mapping[str, type[EventBase]] = {
         MemoryRetired,
         MemoryDeleted,
         RecallRendered,
+        RecallSwitched,
         ContentErased,
     )
 }

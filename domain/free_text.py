@@ -116,6 +116,8 @@ def map_sealed_text(event: ev.Event, fn: TextFn) -> ev.Event:
             return _replace(event, agent=agent)
         case ev.AgentConfigured():
             return _replace(event, by=fn("", event.by)) if event.by else event
+        case ev.FindingPromoted():
+            return _replace(event, by=_one(fn, event.item_id, event.by)) if event.by else event
         case ev.ContextBuildingStarted():
             request = _request(event.request, fn) if event.request is not None else None
             force = _one(fn, "", event.force_rebuild)
@@ -150,7 +152,7 @@ def map_sealed_text(event: ev.Event, fn: TextFn) -> ev.Event:
 def map_plain_text(event: ev.Event, fn: TextFn) -> ev.Event:
     """*event* with *fn* applied to its free text that stays in the clear."""
     match event:
-        case ev.MemoryVerified():
+        case ev.MemoryVerified() | ev.RecallSwitched():
             return _replace(event, by=fn("", event.by)) if event.by else event
         case ev.MemoryMarkedStale() | ev.MemoryRetired() | ev.ContentErased():
             return _replace(event, reason=fn("", event.reason)) if event.reason else event

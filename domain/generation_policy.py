@@ -48,7 +48,7 @@ __all__ = [
     "shrink_cap",
 ]
 
-PLANNER_VERSION = 3
+PLANNER_VERSION = 4
 """Version of the pure planner (retrieval, strategies, packing, generation policy). Recorded on
 every ContextBuildingStarted: ``audit --rederive`` re-runs only builds of the same version.
 Bump it whenever a change can alter a selection for the same inputs."""

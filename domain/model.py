@@ -25,7 +25,6 @@ __all__ = [
     "Item",
     "Layer",
     "Source",
-    "TokenBudget",
     "content_hash",
     "apply_decision_delta",
     "decision_delta",
@@ -160,21 +159,6 @@ class AgentIdentity(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     session_id: str = ""
 
 
-class TokenBudget(msgspec.Struct, frozen=True):
-    """Token limit and consumption of one pack."""
-
-    limit: Count
-    used: Count = 0
-
-    @property
-    def remaining(self) -> int:
-        return self.limit - self.used
-
-    @property
-    def overflow(self) -> int:
-        return max(0, self.used - self.limit)
-
-
 class CompressionMetadata(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What compression did to a pack (non-authoritative; the events are the truth)."""
 
@@ -202,7 +186,8 @@ class Decision(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
 
 
 class ContextPack(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    """A complete, layered context ready for inference."""
+    """A complete, layered context ready for inference. Its token budget (seed 004's
+    TokenBudget: limit and used) is ``budget_limit``, ``budget_used`` and ``overflow``."""
 
     id: str
     session_id: str

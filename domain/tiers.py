@@ -67,21 +67,25 @@ _TIER3_SOURCES = frozenset(
 
 
 def priority_tier(item: Item) -> int:
-    """Packing tier: 0 pinned/mandatory; 1 objective, task, acceptance, constraints, steering
-    (user requirements, steering notes, role instructions, other L1 task state); 2 code,
-    verified findings, failures and test results; 3 architecture memory (L3), parent reports,
-    unverified findings; 4 historical / optional (L0 ephemera, L4 raw history, logs…)."""
+    """Packing tier (seed 000's priority): 0 pinned/mandatory; 1 objective, task, acceptance,
+    constraints, steering (user requirements, steering notes, role instructions, other L1 task
+    state); 2 code, verified findings, failures and test results; 3 architecture memory (every
+    other L3 item, verified facts included: durable project memory ranks below the task's own
+    code and findings), parent reports, unverified findings; 4 historical / optional (L0
+    ephemera, L4 raw history, logs…). The L3 rule runs before the tier-2 rule."""
     if item.pinned or item.mandatory:
         return 0
     src = item.source
     if src in _TIER1_SOURCES:
         return 1
+    layer = item.layer
+    if layer is _L3:
+        return 3
     if item.failure or src in _TIER2_SOURCES or (src is _WORKER_FINDING and item.verified):
         return 2
-    layer = item.layer
     if layer is _L1 and src is not _TOOL_LOG and src is not _CONVERSATION:
         return 1
-    if layer is _L3 or src in _TIER3_SOURCES:
+    if src in _TIER3_SOURCES:
         return 3
     return 4
 

@@ -14,6 +14,7 @@ from ctxledger.domain.events import (
     ContextBuildingStarted,
     ContextPackBuilt,
     Event,
+    FindingPromoted,
     FindingVerified,
     GenerationRefreshed,
     ItemPinned,
@@ -22,6 +23,7 @@ from ctxledger.domain.events import (
     ItemUnpinned,
     MemoryPromoted,
     RecallRendered,
+    RecallSwitched,
     SteeringNoteAdded,
     TurnFailed,
     TurnSucceeded,
@@ -68,12 +70,14 @@ class _Agent:
         "recorded",
         "registered",
         "stage",
+        "verified",
     )
 
     def __init__(self) -> None:
         self.generation = 1
         self.pinned: set[str] = set()
         self.recorded: set[str] = set()  # every item id recorded for the agent
+        self.verified: set[str] = set()  # recorded verified, or verified since
         self.mandatory: set[str] = set()  # stays forced through an unpin
         self.decisions: dict[str, Decision] = {}
         self.context_limit_pending = False
@@ -99,6 +103,7 @@ class _Auditor:
     def __init__(self) -> None:
         self.agents: dict[str, _Agent] = {}
         self.out: list[Violation] = []
+        self.recall_on = True  # the ledger's recall switch (RecallSwitched), on until switched
 
     def flag(self, pos: int, rule: str, agent_id: str = "", detail: str = "") -> None:
         self.out.append(Violation(position=pos, rule=rule, agent_id=agent_id, detail=detail))
@@ -130,6 +135,8 @@ class _Auditor:
         if item.id not in a.recorded:
             _first_recording(a, item, steering=type(event) is SteeringNoteAdded)
         a.recorded.add(item.id)
+        if item.verified:
+            a.verified.add(item.id)
         if item.source == Source.VERIFIED_FACT and not item.verified:
             self.flag(pos, "unverified_as_verified", aid, item.id)
         if item.verified and item.source in _NEVER_RECORDED_VERIFIED:
@@ -153,7 +160,19 @@ class _Auditor:
             known.stage = event.stage_id
 
     def verified(self, pos: int, event: FindingVerified) -> None:
-        self.item_of(pos, event.agent_id, event.item_id)
+        self.item_of(pos, event.agent_id, event.item_id).verified.add(event.item_id)
+
+    def finding_promoted(self, pos: int, event: FindingPromoted) -> None:
+        """The promoted item was recorded in the target's pool, its origin in the origin's;
+        a promotion is never more verified than its origin was."""
+        target = self.item_of(pos, event.agent_id, event.item_id)
+        origin = self.item_of(pos, event.from_agent, event.from_item)
+        claims = event.verified or event.item_id in target.verified
+        if claims and event.from_item not in origin.verified:
+            self.flag(pos, "unverified_as_verified", event.agent_id, event.item_id)
+
+    def recall_switched(self, pos: int, event: RecallSwitched) -> None:
+        self.recall_on = event.enabled
 
     def promoted(self, pos: int, event: MemoryPromoted) -> None:
         if event.verified:
@@ -224,6 +243,8 @@ class _Auditor:
     def recall_rendered(self, pos: int, event: RecallRendered) -> None:
         self.agent(pos, event.agent_id)
         entries = len(event.memory_ids)
+        if entries and not self.recall_on:
+            self.flag(pos, "recall_while_off", event.agent_id, f"{entries} entries")
         if (
             entries > RECALL_MAX_ENTRIES
             or event.tokens > RECALL_MAX_TOKENS
@@ -257,6 +278,8 @@ _HANDLERS: dict[type[Event], Callable[[_Auditor, int, Any], None]] = {
     ItemRemoved: _Auditor.removed,
     ContextBuildingStarted: _Auditor.started,
     FindingVerified: _Auditor.verified,
+    FindingPromoted: _Auditor.finding_promoted,
+    RecallSwitched: _Auditor.recall_switched,
     MemoryPromoted: _Auditor.promoted,
     TurnFailed: _Auditor.turn_failed,
     CacheUsageRecorded: _Auditor.turn_succeeded,
@@ -281,14 +304,18 @@ def audit(records: Iterable[tuple[int, Event]]) -> list[Violation]:
       is a hard limit that only forced content alone may exceed;
     - ``selection_hash``: a pack whose recorded delta does not rebuild its selection hash;
     - ``unverified_as_verified``: a verified_fact recorded unverified, recalled memory or an
-      unverified hypothesis recorded verified, or a memory promoted as verified;
+      unverified hypothesis recorded verified, a memory promoted as verified, or a finding
+      promoted into a pool as verified while its origin was not;
     - ``recall_caps``: a recall group above 4 entries, 300 tokens or 1200 bytes;
+    - ``recall_while_off``: a recall group with entries rendered while the ledger's recall
+      switch (``RecallSwitched``) is off;
     - ``refresh_without_cause``: a context-limit refresh with no context-limit error since the
       last successful turn (the refresh ladder may refresh several times for one error);
     - ``generation_gap``: generation numbers that are not contiguous;
     - ``unknown_agent``: events for an agent never registered;
-    - ``unknown_item``: a pin, unpin, removal or verification of an item never recorded for
-      that agent.
+    - ``unknown_item``: a pin, unpin, removal, verification or finding promotion of an item
+      never recorded for that agent (a promotion: its new item in the target's pool, its
+      origin in the origin agent's).
     """
     auditor = _Auditor()
     for pos, event in records:

@@ -13,6 +13,7 @@ from ctxledger.domain.events import (
     AgentConfigured,
     ContentErased,
     Event,
+    FindingPromoted,
     FindingVerified,
     GenerationRefreshed,
     ItemPinned,
@@ -20,6 +21,7 @@ from ctxledger.domain.events import (
     ItemUnpinned,
     MemoryPromoted,
     RecallRendered,
+    RecallSwitched,
     TurnFailed,
 )
 from ctxledger.domain.model import AgentIdentity, Decision, Generation, Item
@@ -62,9 +64,16 @@ class AgentInspector(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class InspectorState(msgspec.Struct, frozen=True, kw_only=True):
-    """Control history and latest recall group per agent."""
+    """Control history and latest recall group per agent; the ledger's latest recall switch
+    (``None``: never switched, recall is what the engine's memory settings say)."""
 
     by_agent: dict[str, AgentInspector] = {}
+    recall_switch: RecallSwitched | None = None
+
+    @property
+    def recall_enabled(self) -> bool | None:
+        """The recorded recall setting (``None``: never recorded)."""
+        return None if self.recall_switch is None else self.recall_switch.enabled
 
 
 _ControlEvent = (
@@ -72,6 +81,7 @@ _ControlEvent = (
     | ItemUnpinned
     | ItemRemoved
     | FindingVerified
+    | FindingPromoted
     | MemoryPromoted
     | GenerationRefreshed
     | AgentConfigured
@@ -91,6 +101,8 @@ def control_of(event: _ControlEvent) -> Control:
             return Control(at=event.at, kind="remove", target=i, detail=r)
         case FindingVerified(item_id=i, by=by):
             return Control(at=event.at, kind="verify", target=i, detail=by)
+        case FindingPromoted(item_id=i, from_agent=a, from_item=o):
+            return Control(at=event.at, kind="promote_finding", target=i, detail=f"{a}/{o}")
         case MemoryPromoted(item_id=i, memory_id=m):
             return Control(at=event.at, kind="promote", target=i, detail=m)
         case GenerationRefreshed():
@@ -140,6 +152,7 @@ class InspectorBatch:
 
     def __init__(self, state: InspectorState) -> None:
         self.agents = AgentDrafts(state.by_agent, _InspectorDraft, AgentInspector)
+        self.recall_switch = state.recall_switch
 
     def handlers(self) -> Handlers:
         control = self.control
@@ -148,16 +161,23 @@ class InspectorBatch:
             ItemUnpinned: control,
             ItemRemoved: control,
             FindingVerified: control,
+            FindingPromoted: control,
             MemoryPromoted: control,
             GenerationRefreshed: control,
             AgentConfigured: control,
             ContentErased: control,
             RecallRendered: self.recall_rendered,
+            RecallSwitched: self.recall_switched,
             TurnFailed: self.turn_failed,
         }
 
     def freeze(self) -> InspectorState:
-        return InspectorState(by_agent=self.agents.freeze(_InspectorDraft.freeze))
+        return InspectorState(
+            by_agent=self.agents.freeze(_InspectorDraft.freeze), recall_switch=self.recall_switch
+        )
+
+    def recall_switched(self, event: RecallSwitched) -> None:
+        self.recall_switch = event
 
     def control(self, event: _ControlEvent) -> None:
         self.agents.put(event.agent_id).controls.append(control_of(event))

@@ -8,6 +8,7 @@ from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.events import (
     ContextPackBuilt,
     Event,
+    FindingPromoted,
     FindingVerified,
     GenerationRefreshed,
     ItemPinned,
@@ -34,10 +35,12 @@ _VERIFIABLE = (Source.WORKER_FINDING, Source.UNVERIFIED_HYPOTHESIS, Source.VERIF
 
 class AgentPool(msgspec.Struct, frozen=True, kw_only=True):
     """One agent's pool. ``items`` keeps first-recording order (``seq``); ``removed`` maps an
-    item id to why it left; ``built_upto`` is the count of recordings the last build saw."""
+    item id to why it left; ``built_upto`` is the count of recordings the last build saw;
+    ``promoted`` maps each item a finding promotion stored here to its origin (agent, item)."""
 
     items: dict[str, Item] = {}
     verified: dict[str, bool] = {}
+    promoted: dict[str, tuple[str, str]] = {}
     seq: dict[str, int] = {}
     seen: dict[str, int] = {}
     removed: dict[str, str] = {}
@@ -121,6 +124,7 @@ class _PoolDraft:
         "_recordings_copied",
         "built_upto",
         "items",
+        "promoted",
         "recorded",
         "removed",
         "seen",
@@ -139,6 +143,7 @@ class _PoolDraft:
         self.seen = pool.seen
         self._recordings_copied = False
         self.verified = Thawed(pool.verified)
+        self.promoted = Thawed(pool.promoted)
         self.removed = Thawed(pool.removed)
         self.recorded = pool.recorded
         self.built_upto = pool.built_upto
@@ -203,6 +208,7 @@ class _PoolDraft:
         return AgentPool(
             items=self.items,
             verified=self.verified.current,
+            promoted=self.promoted.current,
             seq=self.seq,
             seen=self.seen,
             removed=self.removed.current,
@@ -232,6 +238,7 @@ class PoolBatch:
             ItemUnpinned: self.item_unpinned,
             ItemRemoved: self.item_removed,
             FindingVerified: self.finding_verified,
+            FindingPromoted: self.finding_promoted,
             ContextPackBuilt: self.pack_built,
             GenerationRefreshed: self.generation_refreshed,
         }
@@ -280,6 +287,11 @@ class PoolBatch:
         if pool is not None and pool.items[event.item_id].source != Source.RECALLED_MEMORY:
             pool.verified.edit()[event.item_id] = True
             pool.touch(event.item_id)
+
+    def finding_promoted(self, event: FindingPromoted) -> None:
+        pool = self._holding(event.agent_id, event.item_id)
+        if pool is not None:
+            pool.promoted.edit()[event.item_id] = (event.from_agent, event.from_item)
 
     def pack_built(self, event: ContextPackBuilt) -> None:
         pool = self.agents.get(event.agent_id)

@@ -28,19 +28,28 @@ class Action(enum.StrEnum):
     remove = "remove"
     verify = "verify"
     promote = "promote"
+    promote_finding = "promote-finding"
     refresh = "refresh"
     rebuild = "rebuild"
 
 
-_NEEDS_ITEM = {Action.pin, Action.unpin, Action.remove, Action.verify, Action.promote}
+_NEEDS_ITEM = {
+    Action.pin,
+    Action.unpin,
+    Action.remove,
+    Action.verify,
+    Action.promote,
+    Action.promote_finding,
+}
 BY = "cli"
 
 
-def _control(action: Action, agent: str, item: str, reason: str) -> Control:
+def _control(action: Action, agent: str, item: str, reason: str, to: str = "") -> Control:
     """The control struct of the command line's arguments."""
     from ctxledger.adapters.engine.manual_controls import (
         Pin,
         Promote,
+        PromoteFinding,
         Rebuild,
         Refresh,
         Remove,
@@ -59,6 +68,8 @@ def _control(action: Action, agent: str, item: str, reason: str) -> Control:
             return Verify(agent_id=agent, item_id=item, by=BY)
         case Action.promote:
             return Promote(agent_id=agent, item_id=item)
+        case Action.promote_finding:
+            return PromoteFinding(agent_id=agent, item_id=item, to=to, by=BY)
         case Action.refresh:
             return Refresh(agent_id=agent, reason=reason)
         case Action.rebuild:
@@ -69,7 +80,10 @@ def _control(action: Action, agent: str, item: str, reason: str) -> Control:
 
 def control(
     action: Annotated[
-        Action, typer.Argument(help="pin, unpin, remove, verify, promote, refresh or rebuild")
+        Action,
+        typer.Argument(
+            help="pin, unpin, remove, verify, promote, promote-finding, refresh or rebuild"
+        ),
     ],
     item: Annotated[
         str, typer.Argument(metavar="[ITEM_ID]", help="The item (not for refresh/rebuild).")
@@ -84,6 +98,12 @@ def control(
     reason: Annotated[
         str, typer.Option("--reason", help="Recorded with remove/refresh/rebuild.")
     ] = "manual",
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to", help="promote-finding: the agent whose pool gets it (default: parent)."
+        ),
+    ] = "",
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Apply one manual control to an agent's context (appends events; nothing else changes)."""
@@ -98,7 +118,9 @@ def control(
     from ctxledger.adapters.memory.catalog import MemoryCatalog
     from ctxledger.adapters.memory.project import ProjectMemory
 
-    command = _control(action, agent, item, reason)
+    if to and action is not Action.promote_finding:
+        raise InvalidInputError("--to is for promote-finding only")
+    command = _control(action, agent, item, reason, to)
     cat = MemoryCatalog.open(catalog) if catalog is not None else None
     try:
         engine = open_engine(
@@ -111,6 +133,8 @@ def control(
             result: dict[str, Any] = {"action": action.value, "agent": agent}
             if outcome.memory_id is not None:
                 result["memory_id"] = outcome.memory_id
+            if outcome.item_id is not None:
+                result["item_id"] = outcome.item_id
             if outcome.message is not None:
                 result["message"] = outcome.message
             result["generation"] = engine.agent(agent).current.number

@@ -1,7 +1,9 @@
-"""`ctxledger memory …`: list, show, verify, retire, delete and import-legacy on a catalog."""
+"""`ctxledger memory …`: list, show, verify, retire, delete and import-legacy on a catalog; the
+ledger-wide recall switch (`memory recall`)."""
 
 from __future__ import annotations
 
+import enum
 import json
 import sys
 from collections.abc import Iterator
@@ -207,3 +209,37 @@ def import_legacy(
         console.print(f"imported {report.imported}, dropped {report.dropped}")
         for reason, n in sorted(report.reasons.items()):
             console.print(f"  {visible(reason)}: {n}")
+
+
+class RecallState(enum.StrEnum):
+    on = "on"
+    off = "off"
+
+
+@memory_app.command("recall")
+def recall_switch(
+    state: Annotated[
+        RecallState | None, typer.Argument(help="on or off (none: show the recorded setting).")
+    ] = None,
+    *,
+    store: Annotated[str, typer.Option("--store", envvar="CTXLEDGER_STORE", help="Ledger URL.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Turn project-memory recall on or off for the whole ledger (appends RecallSwitched: every
+    process that opens it builds with it), or show the recorded setting."""
+    from ctxledger.adapters.bootstrap import open_engine
+
+    engine = open_engine(store, must_exist=True)
+    try:
+        before = engine.ledger.max_position()
+        if state is not None:
+            engine.set_recall(state is RecallState.on, by="cli")
+        recorded = engine.runner.inspector.recall_enabled
+        events = engine.ledger.max_position() - before
+    finally:
+        engine.close()
+    shown_state = "not recorded" if recorded is None else ("on" if recorded else "off")
+    if as_json:
+        _json({"recall": shown_state, "events": events})
+    else:
+        console.print(f"recall: {shown_state} ({events} event{'s' if events != 1 else ''})")

@@ -357,7 +357,7 @@ class BuildProtocol(EngineCore):
         the *request* and gated by its scope. With recall off, an empty group is recorded once
         to remove a group an earlier prompt carried."""
         ag = self.agent(agent_id)
-        if self.memory is None or not self.memory.settings.enabled or not ag.settings.recall:
+        if self.memory is None or not self.recall_enabled or not ag.settings.recall:
             previous = self.runner.inspector.by_agent.get(agent_id)
             if previous is not None and previous.recall is not None and previous.recall.memory_ids:
                 return RecallGroup()

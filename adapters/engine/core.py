@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the memory subsystem (catalog, pydantic schemas) loads with
     from ctxledger.adapters.memory.project import ProjectMemory
 
 __all__ = [
+    "RECALL_STREAM",
     "SERIALIZED",
     "BuildResult",
     "EngineCore",
@@ -61,6 +62,9 @@ __all__ = [
     "pause_after_conflict",
     "serialized",
 ]
+
+RECALL_STREAM = "settings/recall"
+"""The stream of the ledger-wide recall switch (``RecallSwitched``)."""
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -193,6 +197,17 @@ class EngineCore:
     @serialized
     def pool(self, agent_id: str) -> AgentPool:
         return self.runner.pool.by_agent.get(agent_id, AgentPool())
+
+    @property
+    def recall_enabled(self) -> bool:
+        """Whether builds recall project memory: the ledger's recorded switch (the latest
+        ``RecallSwitched``), or before any, the engine's ``ProjectMemory.settings``; never
+        without a project-memory catalog. (An agent's ``AgentSettings.recall`` can still turn
+        it off for that agent.)"""
+        if self.memory is None:
+            return False
+        recorded = self.runner.inspector.recall_enabled
+        return self.memory.settings.enabled if recorded is None else recorded
 
     @serialized
     def building(self, agent_id: str) -> str:

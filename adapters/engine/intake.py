@@ -1,5 +1,6 @@
-"""Intake: registering and configuring agents, recording items and steering notes, and the
-secret screening of items (redaction, and the ids derived again from redacted content)."""
+"""Intake: registering and configuring agents, recording items and steering notes, promoting a
+finding into a context pool, and the secret screening of items (redaction, and the ids derived
+again from redacted content)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ctxledger.adapters.ledger import stream_id_for
 from ctxledger.domain import events as ev
 from ctxledger.domain.build_policy import check_budget, validate_settings
 from ctxledger.domain.codec import check_struct
+from ctxledger.domain.controls_policy import decide_promote_finding
 from ctxledger.domain.errors import InvalidInputError, SecretRefusedError
 from ctxledger.domain.free_text import map_item
 from ctxledger.domain.input_checks import member
@@ -228,6 +230,33 @@ class Intake(EngineCore):
             lambda: [ev.ItemRecorded(at=self._now(), agent_id=agent_id, item=i) for i in ready],
         )
         return ready
+
+    @checked
+    @serialized
+    def promote_finding(self, agent_id: str, item_id: str, *, to: str = "", by: str = "") -> Item:
+        """Promote one finding of *agent_id*'s pool into the context pool of *to* (default: the
+        agent's parent, or the agent itself when it has none) as a structured finding
+        (``domain.controls_policy.promoted_finding``), screened by the target's secrets
+        policy: ``ItemRecorded`` and ``FindingPromoted`` on the target's stream. Verification
+        is kept, never granted. Returns the new pool item."""
+        target = to or self.agent(agent_id).agent.parent or agent_id
+        self.agent(target)
+        events = self._append_agent(
+            target,
+            lambda: decide_promote_finding(
+                agent_id,
+                item_id,
+                self._pool_item(agent_id, item_id),
+                to_agent=target,
+                promoted=self.pool(target).promoted,
+                now=self._now,
+                by=by,
+                sized=lambda item: self._screened(target, [self._sized(item)])[0],
+            ),
+        )
+        recorded = events[0]
+        assert isinstance(recorded, ev.ItemRecorded)
+        return recorded.item
 
     @checked
     @serialized

@@ -18,6 +18,7 @@ __all__ = [
     "ControlOutcome",
     "Pin",
     "Promote",
+    "PromoteFinding",
     "Rebuild",
     "Refresh",
     "Remove",
@@ -72,6 +73,16 @@ class Promote(msgspec.Struct, tag=True, frozen=True, kw_only=True):
     item_id: NonEmpty
 
 
+class PromoteFinding(msgspec.Struct, tag=True, frozen=True, kw_only=True):
+    """Promote a finding into a context pool (``to``: another agent; default the agent's
+    parent, or the agent itself) as a structured finding with its provenance."""
+
+    agent_id: NonEmpty
+    item_id: NonEmpty
+    to: str = ""
+    by: str = ""
+
+
 class Refresh(msgspec.Struct, tag=True, frozen=True, kw_only=True):
     """Start a new generation from durable state only (a manual refresh)."""
 
@@ -86,7 +97,7 @@ class Rebuild(msgspec.Struct, tag=True, frozen=True, kw_only=True):
     reason: str = DEFAULT_REASON
 
 
-Control = Pin | Unpin | Remove | Verify | Promote | Refresh | Rebuild
+Control = Pin | Unpin | Remove | Verify | Promote | PromoteFinding | Refresh | Rebuild
 """Every manual control; the ``type`` tag is the class name."""
 
 
@@ -99,6 +110,8 @@ class ControlOutcome(msgspec.Struct, frozen=True, kw_only=True):
     """The refresh or rebuild message; None for the item controls."""
     memory_id: str | None = None
     """The memory entry a promote created; None otherwise."""
+    item_id: str | None = None
+    """The pool item a finding promotion created; None otherwise."""
 
 
 _DECODER = msgspec.json.Decoder(Control)
@@ -125,6 +138,10 @@ def apply_control(engine: ContextEngine, control: Control) -> ControlOutcome:
             engine.verify_finding(agent_id, item_id, by=by, evidence=evidence)
         case Promote(agent_id=agent_id, item_id=item_id):
             return ControlOutcome(memory_id=engine.promote(agent_id, item_id))
+        case PromoteFinding(agent_id=agent_id, item_id=item_id, to=to, by=by):
+            return ControlOutcome(
+                item_id=engine.promote_finding(agent_id, item_id, to=to, by=by).id
+            )
         case Refresh(agent_id=agent_id, reason=reason):
             built = engine.refresh(agent_id, reason=reason, trigger="manual")
             return ControlOutcome(generation=built.generation, message=built.message)

@@ -143,3 +143,57 @@ def test_an_id_copied_from_a_piped_table_is_accepted_by_control(tmp_path: Path) 
     target = next(v["id"] for v in view["included"] if not v["pinned"])
     pinned = run("control", "pin", target, "--store", store, "--agent", "primary-1", cwd=tmp_path)
     assert pinned.returncode == 0, pinned.stderr
+
+
+def test_promote_finding_puts_a_worker_finding_in_the_parent_pool(tmp_path: Path) -> None:
+    """`control promote-finding` on the demo's worker finding: two events on the parent's
+    stream, the item in the parent's pool, replay equal and audit --rederive clean."""
+    assert run("demo", cwd=tmp_path).returncode == 0
+    store = "sqlite:///.ctxledger/demo.db"
+    view = json.loads(
+        run("inspect", "--store", store, "--agent", "worker-1", "--json", cwd=tmp_path).stdout
+    )
+    finding = next(
+        v["id"] for v in view["included"] + view["excluded"] if v["source"] == "worker_finding"
+    )
+    out = run("control", "promote-finding", finding, "--store", store, "--agent", "worker-1",
+              "--json", cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    promoted = json.loads(out.stdout)
+    assert promoted["events"] == 2
+    again = run("control", "promote-finding", finding, "--store", store, "--agent", "worker-1",
+                cwd=tmp_path)  # fmt: skip
+    assert again.returncode == 1
+    assert "already promoted into 'primary-1'" in again.stderr
+    parent = json.loads(
+        run("inspect", "--store", store, "--agent", "primary-1", "--json", cwd=tmp_path).stdout
+    )
+    controls = [c for c in parent["controls"] if c["kind"] == "promote_finding"]
+    assert [c["target"] for c in controls] == [promoted["item_id"]]
+    assert json.loads(run("replay", "--store", store, "--verify", "--json", cwd=tmp_path).stdout)[
+        "equal"
+    ]
+    audit = run("audit", "--store", store, "--rederive", "--json", cwd=tmp_path)
+    assert audit.returncode == 0, audit.stdout
+    assert json.loads(audit.stdout)["mismatches"] == 0
+
+
+def test_memory_recall_switch_is_recorded_once_and_audited(tmp_path: Path) -> None:
+    assert run("demo", cwd=tmp_path).returncode == 0
+    store = "sqlite:///.ctxledger/demo.db"
+
+    def recall(*state: str) -> dict[str, object]:
+        out = run("memory", "recall", *state, "--store", store, "--json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return dict(json.loads(out.stdout))
+
+    assert recall() == {"recall": "not recorded", "events": 0}
+    assert recall("off") == {"recall": "off", "events": 1}
+    assert recall("off") == {"recall": "off", "events": 0}  # already off: nothing appended
+    assert recall() == {"recall": "off", "events": 0}  # a new process reads it from the log
+    audit = run("audit", "--store", store, "--rederive", "--json", cwd=tmp_path)
+    assert audit.returncode == 0, audit.stdout
+    assert json.loads(audit.stdout)["clean"] is True
+    missing = run("memory", "recall", "off", "--store", "sqlite:///nope.db", cwd=tmp_path)
+    assert missing.returncode == 1
+    assert "no ledger at nope.db" in missing.stderr

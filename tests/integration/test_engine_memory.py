@@ -105,8 +105,8 @@ def test_recall_off_removes_the_previous_group(
     memory_id = engine.promote("p", finding.id)
     engine.verify_memory(memory_id)
     assert memory_id in engine.build("p").prompt.text
-    assert engine.memory is not None
-    engine.memory.settings = RecallSettings(enabled=False)
+    engine.set_recall(False, by="operator")  # recorded: RecallSwitched
+    assert engine.recall_enabled is False
     off = engine.build("p")
     assert memory_id not in off.prompt.text
     last = [r.event for r in engine.ledger.read_all() if isinstance(r.event, ev.RecallRendered)][-1]

@@ -299,7 +299,7 @@ def test_another_planner_version_is_not_rederivable_never_equal(records: list[Re
     target = starts_of(records, "bob")[0]
     started = target.event
     assert isinstance(started, ev.ContextBuildingStarted)
-    assert started.planner_version == PLANNER_VERSION == 3
+    assert started.planner_version == PLANNER_VERSION == 4
 
     def tamper(rec: Recorded) -> ev.Event:
         if rec is target:
@@ -310,7 +310,7 @@ def test_another_planner_version_is_not_rederivable_never_equal(records: list[Re
         report = rederive(ledger.read_all())
     assert (report.builds, report.rederived) == (10, 9)
     assert (report.mismatches, report.not_rederivable) == (0, 1)
-    assert report.not_rederivable_reasons == {"planner version 999 (this is 3)": 1}
+    assert report.not_rederivable_reasons == {"planner version 999 (this is 4)": 1}
 
 
 def test_a_build_without_a_recorded_request_is_not_rederivable(records: list[Recorded]) -> None:

@@ -153,6 +153,12 @@ def evolve_pool(state: Pool, event: ev.Event) -> Pool:
             return _pool_built(state, event)
         case ev.GenerationRefreshed():
             return _pool_refreshed(state, event)
+        case ev.FindingPromoted(agent_id=agent_id, item_id=item_id):
+            pool = state.by_agent.get(agent_id)
+            if pool is None or item_id not in pool.items:
+                return state
+            promoted = {**pool.promoted, item_id: (event.from_agent, event.from_item)}
+            return _put(state, agent_id, msgspec.structs.replace(pool, promoted=promoted))
         case (
             ev.AgentRegistered()
             | ev.ContextBuildingStarted()
@@ -169,6 +175,7 @@ def evolve_pool(state: Pool, event: ev.Event) -> Pool:
             | ev.MemoryDeleted()
             | ev.ContentErased()
             | ev.RecallRendered()
+            | ev.RecallSwitched()
         ):
             return state
         case _:
@@ -305,6 +312,8 @@ def evolve_generations(state: Generations, event: ev.Event) -> Generations:
             | ev.MemoryDeleted()
             | ev.ContentErased()
             | ev.RecallRendered()
+            | ev.FindingPromoted()
+            | ev.RecallSwitched()
         ):
             return state
         case _:
@@ -351,6 +360,8 @@ def evolve_context_state(state: ContextState, event: ev.Event) -> ContextState:
             | ev.MemoryDeleted()
             | ev.ContentErased()
             | ev.RecallRendered()
+            | ev.FindingPromoted()
+            | ev.RecallSwitched()
         ):
             return state
         case _:

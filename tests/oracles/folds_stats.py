@@ -115,6 +115,8 @@ def evolve_cache_stats(state: CacheStats, event: ev.Event) -> CacheStats:
             | ev.MemoryDeleted()
             | ev.ContentErased()
             | ev.RecallRendered()
+            | ev.FindingPromoted()
+            | ev.RecallSwitched()
         ):
             return state
         case _:
@@ -220,6 +222,8 @@ def evolve_gc_indicators(state: GcIndicators, event: ev.Event) -> GcIndicators:
             | ev.MemoryDeleted()
             | ev.ContentErased()
             | ev.RecallRendered()
+            | ev.FindingPromoted()
+            | ev.RecallSwitched()
         ):
             return state
         case _:
@@ -308,6 +312,8 @@ def evolve_strategy_metrics(state: StrategyMetrics, event: ev.Event) -> Strategy
             | ev.MemoryDeleted()
             | ev.ContentErased()
             | ev.RecallRendered()
+            | ev.FindingPromoted()
+            | ev.RecallSwitched()
         ):
             return state
         case _:
@@ -315,6 +321,10 @@ def evolve_strategy_metrics(state: StrategyMetrics, event: ev.Event) -> Strategy
 
 
 # --- inspector -------------------------------------------------------------------------------
+
+
+def _inspector_put(state: InspectorState, agent_id: str, a: AgentInspector) -> InspectorState:
+    return msgspec.structs.replace(state, by_agent={**state.by_agent, agent_id: a})
 
 
 def evolve_inspector(state: InspectorState, event: ev.Event) -> InspectorState:
@@ -325,6 +335,7 @@ def evolve_inspector(state: InspectorState, event: ev.Event) -> InspectorState:
             | ev.ItemUnpinned()
             | ev.ItemRemoved()
             | ev.FindingVerified()
+            | ev.FindingPromoted()
             | ev.MemoryPromoted()
             | ev.GenerationRefreshed()
             | ev.AgentConfigured()
@@ -332,15 +343,16 @@ def evolve_inspector(state: InspectorState, event: ev.Event) -> InspectorState:
         ):
             cur = state.by_agent.get(event.agent_id, AgentInspector())
             new = msgspec.structs.replace(cur, controls=(*cur.controls, control_of(event)))
-            return InspectorState(by_agent={**state.by_agent, event.agent_id: new})
+            return _inspector_put(state, event.agent_id, new)
         case ev.RecallRendered(agent_id=a):
             cur = state.by_agent.get(a, AgentInspector())
-            new = msgspec.structs.replace(cur, recall=event)
-            return InspectorState(by_agent={**state.by_agent, a: new})
+            return _inspector_put(state, a, msgspec.structs.replace(cur, recall=event))
         case ev.TurnFailed(agent_id=a):
             cur = state.by_agent.get(a, AgentInspector())
             new = msgspec.structs.replace(cur, last_turn_error=turn_error(event))
-            return InspectorState(by_agent={**state.by_agent, a: new})
+            return _inspector_put(state, a, new)
+        case ev.RecallSwitched():
+            return msgspec.structs.replace(state, recall_switch=event)
         case (
             ev.AgentRegistered()
             | ev.ItemRecorded()

@@ -52,6 +52,7 @@ SPEC: dict[type[ev.EventBase], list[tuple[str, tuple[str, ...], str | None]]] = 
     ev.ItemUnpinned: [("", ("by",), "item_id")],
     ev.ItemRemoved: [("", ("reason",), "item_id")],  # but an erase's "erased: …" stays plain
     ev.FindingVerified: [("", ("by", "evidence"), "item_id")],
+    ev.FindingPromoted: [("", ("by",), "item_id")],
     ev.AgentRegistered: [("agent", ("task",), None)],
     ev.AgentConfigured: [("", ("by",), None)],
     ev.ContextBuildingStarted: [("request", _REQUEST_PATHS, None), ("", ("force_rebuild",), None)],

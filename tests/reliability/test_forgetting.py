@@ -158,6 +158,7 @@ FREE_TEXT = {
     "ItemRemoved.reason",
     "FindingVerified.by",
     "FindingVerified.evidence",
+    "FindingPromoted.by",
     *(
         f"ContextBuildingStarted.request.{field}"
         for field in ("task", "phase", "files[]", "symbols[]", "keywords[]", "failures[]")
@@ -213,6 +214,8 @@ NOT_FREE_TEXT = {
     "RecallRendered.memory_ids[]",
     "ContentErased.items[]",
     "MemoryPromoted.partition",
+    "FindingPromoted.from_agent",
+    "FindingPromoted.from_item",
     # names the engine or a fixed vocabulary chose: role, model and workspace name where and
     # as what an agent runs; strategies, counters, reason codes, methods, segments, providers
     "AgentRegistered.agent.role",
@@ -246,6 +249,7 @@ NOT_FREE_TEXT = {
     # project-level text with no agent key, redacted and kept in the clear (docs/memory.md):
     # memory controls, the catalog's erasure report, the reason of an erase
     "MemoryVerified.by",
+    "RecallSwitched.by",
     "MemoryMarkedStale.reason",
     "MemoryRetired.reason",
     "MemoryDeleted.erasure",
@@ -337,6 +341,7 @@ def _record_secrets(engine: ContextEngine) -> list[str]:
     engine.verify_finding(
         AGENT, finding.id, by=_secret(26), evidence=f"ran with {SECRET_CASES[1].text}"
     )
+    engine.promote_finding(AGENT, finding.id, by=_secret(27))
     engine.build(AGENT)
     engine.on_turn_error(AGENT, {"error": {"message": f"bad key {SECRET_CASES[2].text}"}})
     engine.build(AGENT)

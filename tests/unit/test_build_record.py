@@ -400,7 +400,7 @@ def test_build_started_carries_every_planner_input() -> None:
         force_rebuild="manual",
         overrides=("budget", "strategy"),
     )
-    assert started.planner_version == PLANNER_VERSION == 3
+    assert started.planner_version == PLANNER_VERSION == 4
 
 
 @pytest.mark.parametrize("overrides", [(), ("scope",)])

@@ -66,3 +66,14 @@ def test_the_old_paths_are_exactly_the_modules_that_moved() -> None:
         assert not (adapters / f"{old}.py").exists(), old  # a real module would shadow it
         assert not (adapters / old).is_dir(), old  # and so would a package
         assert (adapters / (new.replace(".", "/") + ".py")).is_file(), new
+
+
+def test_token_budget_is_not_a_type_the_pack_carries_its_budget() -> None:
+    """Seed 004's TokenBudget (limit, used) was a type nothing used (issue 39): it is removed,
+    and a pack carries its budget as ``budget_limit``, ``budget_used`` and ``overflow``."""
+    from ctxledger.domain import model
+
+    assert "TokenBudget" not in public.__all__
+    assert "TokenBudget" not in model.__all__
+    assert not hasattr(model, "TokenBudget")
+    assert {"budget_limit", "budget_used", "overflow"} <= set(model.ContextPack.__struct_fields__)
