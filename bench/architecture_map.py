@@ -203,8 +203,7 @@ def render(mods: dict[str, Module]) -> str:
     if domain_long:
         lines += [
             "Domain functions over the function limit (the packers' and selectors' per-item "
-            "loops are kept flat on purpose: a call per item is measurable in the turn; the "
-            "others are not split yet):",
+            "loops are kept flat on purpose: a call per item is measurable in the turn):",
             "",
         ]
         lines += [
