@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Collection, Mapping
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import msgspec
 
@@ -189,77 +189,83 @@ def _included(
     return len(decisions) - operator.countOf(map(_ACTION, decisions.values()), "dropped")
 
 
-def record_build(
+class _Decided(NamedTuple):
+    """A build's decisions against the generation's previous pack (what ``_decided`` gives)."""
+
+    decisions: dict[str, Decision]
+    changed: tuple[Decision, ...]
+    retired: tuple[str, ...]
+    selection: str
+    previous: dict[str, Decision]
+    """The previous pack's decisions the delta is against (none for a rebuild)."""
+    sent: list[str] | None
+    """The ids not dropped, in order (None for an append, which counts them otherwise)."""
+    opened: dict[str, Decision] | None
+    """The whole decision map when the build is the generation's first pack, else None."""
+
+
+def _decided(plan: BuildPlan, gen: Generation, verified_ids: Collection[str]) -> _Decided:
+    """The build's recorded decisions and their delta against the previous pack of the
+    generation: an append's in O(appended); any other build's whole map (a rebuild's against
+    nothing: it opens a new generation, and so does a first pack); and the new selection
+    hash, derived from the generation's last one when it can be, else hashed afresh."""
+    previous = gen.decisions if plan.kind != "rebuild" else {}
+    sent: list[str] | None = None
+    opened: dict[str, Decision] | None = None
+    if plan.kind == "append":
+        decisions, changed = append_decisions(plan, previous, verified_ids)
+        retired: tuple[str, ...] = ()
+        replaced = [previous[d.item_id] for d in changed if d.item_id in previous]
+        selection = updated_selection_hash(gen.selection_hash, replaced, changed)
+    else:
+        decisions, sent = _whole(plan, verified_ids)
+        changed, retired = decision_delta(previous, decisions)
+        if not previous:  # the generation's first pack: its decisions are these
+            opened = decisions
+        # the new selection hashed from the generation's last one (a rebuild's too: what it
+        # keeps of the closing generation's decisions is not digested again)
+        delta = (changed, retired) if previous is gen.decisions else None
+        selection = rehashed_selection(gen.selection_hash, gen.decisions, decisions, delta)
+    if selection is None:
+        selection = selection_hash(decisions)
+    return _Decided(decisions, changed, retired, selection, previous, sent, opened)
+
+
+def _opening_events(
     *,
     agent_id: str,
     plan: BuildPlan,
     request: BuildRequest,
     gen: Generation,
-    ctx: EmittedContext | None,
     pack_id: str,
-    reserve: int,
-    verified_ids: Collection[str],
-    previous_prompt: PromptParts | None,
     group: RecallGroup | None,
-    latest_user_input: str,
     force_rebuild: str,
-    chronology: Mapping[str, int] | None = None,
-) -> BuildRecord:
-    """The outcome events of one planned build (its Started is recorded before planning):
-    GenerationRefreshed (a rebuild), RecallRendered (when recall is recorded) and
-    ContextPackBuilt carrying only the decisions that changed since the previous pack of the
-    generation, the GENERATION ids appended, the selection hash and the prompt's cache
-    expectations. ``previous_prompt`` is the generation's previous prompt; only its stable
-    part (static + GENERATION) counts towards the expected cached bytes. With a
-    ``chronology`` (item id → recording sequence) new GENERATION items follow in recording
-    order and a rebuild lays its whole GENERATION segment out in that order (a transcript:
-    an item re-included by the rebuild sits where the agent saw it, not after the newest)."""
-    events: list[ev.Event] = []
-    opened: dict[str, Decision] | None = None
+    carried: list[str] | None,
+) -> list[ev.Event]:
+    """The events recorded ahead of the pack: a rebuild's GenerationRefreshed (from the
+    generation to the next one, triggered by hand or by the budget, with the *carried* ids),
+    the ItemRecorded of a working set the plan extracted (the pool holds it for the
+    generation's next builds) and the RecallRendered of a rendered recall *group*."""
     now = request.now
-    number = gen.number
-    previous_decisions = gen.decisions
-    sent: list[str] | None = None
-    if plan.kind != "append":
-        decisions, sent = _whole(plan, verified_ids)
+    events: list[ev.Event] = []
     if plan.kind == "rebuild":
-        number = gen.number + 1
         events.append(
             ev.GenerationRefreshed(
                 at=now,
                 agent_id=agent_id,
                 kind="rebuild",
                 from_generation=gen.number,
-                to_generation=number,
+                to_generation=gen.number + 1,
                 reason=plan.reason,
                 trigger="manual" if force_rebuild else "budget",
                 phase=request.phase,
                 strategy=request.strategy,
                 budget=request.budget,
-                carried=tuple(sent or ()),
+                carried=tuple(carried or ()),
             )
         )
-        previous_decisions = {}
-    if plan.working_set is not None:  # the pool holds it for the generation's next builds
+    if plan.working_set is not None:
         events.append(ev.ItemRecorded(at=now, agent_id=agent_id, item=plan.working_set))
-    result = plan.result
-    if plan.kind == "append":
-        decisions, changed = append_decisions(plan, previous_decisions, verified_ids)
-        retired: tuple[str, ...] = ()
-        replaced = [
-            previous_decisions[d.item_id] for d in changed if d.item_id in previous_decisions
-        ]
-        selection = updated_selection_hash(gen.selection_hash, replaced, changed)
-    else:
-        changed, retired = decision_delta(previous_decisions, decisions)
-        if not previous_decisions:  # the generation's first pack: its decisions are these
-            opened = decisions
-        # the new selection hashed from the generation's last one (a rebuild's too: what it
-        # keeps of the closing generation's decisions is not digested again)
-        delta = (changed, retired) if previous_decisions is gen.decisions else None
-        selection = rehashed_selection(gen.selection_hash, gen.decisions, decisions, delta)
-    if selection is None:
-        selection = selection_hash(decisions)
     if group is not None:
         events.append(
             ev.RecallRendered(
@@ -272,6 +278,37 @@ def record_build(
                 bytes=group.bytes,
             )
         )
+    return events
+
+
+class _Prompted(NamedTuple):
+    """A build's prompt (what ``_prompt`` gives)."""
+
+    prompt: PromptParts
+    appended: tuple[str, ...]
+    """The GENERATION ids the prompt appends to the generation's order."""
+    stable: PromptParts | None
+    """The prompt without its VOLATILE tail (None for a decision point)."""
+
+
+def _prompt(
+    *,
+    plan: BuildPlan,
+    request: BuildRequest,
+    gen: Generation,
+    ctx: EmittedContext | None,
+    number: int,
+    previous_prompt: PromptParts | None,
+    group: RecallGroup | None,
+    latest_user_input: str,
+    chronology: Mapping[str, int] | None,
+) -> _Prompted:
+    """The build's prompt, with its status line and recall: an append extends the previous
+    prompt when that prompt has the generation's order; any other build composes it whole
+    (an append in the emitted order with the static part it sent, a rebuild with a
+    ``chronology`` in recording order), appending what the generation's order lacks (a
+    rebuild: all of it). A decision point keeps no stable prompt."""
+    result = plan.result
     status = (
         f"Generation {number} · {result.used}/{request.budget} tokens · strategy {request.strategy}"
     )
@@ -309,9 +346,40 @@ def record_build(
         )
         previous_order = set(gen.order) if plan.kind != "rebuild" else set()
         appended = tuple(i for i in prompt.order if i not in previous_order)
-    prev_prompt = previous_prompt
+    stable = (
+        None
+        if request.purpose
+        else without_tail(
+            prompt,
+            volatile_tail(status=status, recall=recall, latest_user_input=latest_user_input),
+        )
+    )
+    return _Prompted(prompt, appended, stable)
+
+
+def _packed(
+    *,
+    agent_id: str,
+    plan: BuildPlan,
+    request: BuildRequest,
+    ctx: EmittedContext | None,
+    pack_id: str,
+    number: int,
+    reserve: int,
+    decided: _Decided,
+    prompted: _Prompted,
+    previous_prompt: PromptParts | None,
+) -> tuple[ContextPack, ev.ContextPackBuilt]:
+    """The ContextPack the build produced (its items by layer, its budget with the *reserve*
+    and overflow, every decision) and its ContextPackBuilt: the decisions that changed and
+    the ids retired, the GENERATION ids appended, the selection hash, the included count and
+    the prompt's cache expectations (prefix hash, size, the bytes expected cached: the
+    longest common prefix with the previous prompt's stable part, the changed segment)."""
+    result = plan.result
+    prompt = prompted.prompt
     prompt_bytes = prompt.text.encode("utf-8")
-    expected = lcp_bytes(prev_prompt.stable.encode("utf-8"), prompt_bytes) if prev_prompt else 0
+    prev = previous_prompt
+    expected = lcp_bytes(prev.stable.encode("utf-8"), prompt_bytes) if prev else 0
     layers: dict[Layer, list[Item]] = {}
     for item in result.items:
         layers.setdefault(item.layer, []).append(item)
@@ -325,60 +393,115 @@ def record_build(
         budget_used=result.used + reserve,
         budget_limit=request.budget,
         compression_metadata=result.metadata,
-        decisions=tuple(decisions.values()),
+        decisions=tuple(decided.decisions.values()),
         overflow=max(0, result.used + reserve - request.budget),
         counter=result.counter,
         strategy=request.strategy,
         prefix_hash=prompt.prefix_hash,
     )
-    events.append(
-        ev.ContextPackBuilt(
-            at=now,
-            agent_id=agent_id,
-            pack_id=pack_id,
-            generation=number,
-            strategy=request.strategy,
-            counter=result.counter,
-            budget_limit=request.budget,
-            budget_used=pack.budget_used,
-            reserved=reserve,
-            overflow=pack.overflow,
-            decisions=changed,
-            retired=retired,
-            order_appended=appended,
-            selection_hash=selection,
-            included_count=(
-                len(sent)
-                if sent is not None  # (a build that is not an append listed them)
-                else _included(plan, ctx, decisions, changed, previous_decisions)
-            ),
-            compression=result.metadata,
-            prefix_hash=prompt.prefix_hash,
-            prompt_bytes=len(prompt_bytes),
-            expected_cached_bytes=expected,
-            changed_segment=changed_segment(prev_prompt, prompt) if prev_prompt else "",
-            purpose=request.purpose,
-        )
+    built = ev.ContextPackBuilt(
+        at=request.now,
+        agent_id=agent_id,
+        pack_id=pack_id,
+        generation=number,
+        strategy=request.strategy,
+        counter=result.counter,
+        budget_limit=request.budget,
+        budget_used=pack.budget_used,
+        reserved=reserve,
+        overflow=pack.overflow,
+        decisions=decided.changed,
+        retired=decided.retired,
+        order_appended=prompted.appended,
+        selection_hash=decided.selection,
+        included_count=(
+            len(decided.sent)
+            if decided.sent is not None  # (a build that is not an append listed them)
+            else _included(plan, ctx, decided.decisions, decided.changed, decided.previous)
+        ),
+        compression=result.metadata,
+        prefix_hash=prompt.prefix_hash,
+        prompt_bytes=len(prompt_bytes),
+        expected_cached_bytes=expected,
+        changed_segment=changed_segment(prev, prompt) if prev else "",
+        purpose=request.purpose,
     )
+    return pack, built
+
+
+def record_build(
+    *,
+    agent_id: str,
+    plan: BuildPlan,
+    request: BuildRequest,
+    gen: Generation,
+    ctx: EmittedContext | None,
+    pack_id: str,
+    reserve: int,
+    verified_ids: Collection[str],
+    previous_prompt: PromptParts | None,
+    group: RecallGroup | None,
+    latest_user_input: str,
+    force_rebuild: str,
+    chronology: Mapping[str, int] | None = None,
+) -> BuildRecord:
+    """The outcome events of one planned build (its Started is recorded before planning):
+    GenerationRefreshed (a rebuild), RecallRendered (when recall is recorded) and
+    ContextPackBuilt carrying only the decisions that changed since the previous pack of the
+    generation, the GENERATION ids appended, the selection hash and the prompt's cache
+    expectations. ``previous_prompt`` is the generation's previous prompt; only its stable
+    part (static + GENERATION) counts towards the expected cached bytes. With a
+    ``chronology`` (item id → recording sequence) new GENERATION items follow in recording
+    order and a rebuild lays its whole GENERATION segment out in that order (a transcript:
+    an item re-included by the rebuild sits where the agent saw it, not after the newest)."""
+    decided = _decided(plan, gen, verified_ids)
+    number = gen.number + 1 if plan.kind == "rebuild" else gen.number
+    events = _opening_events(
+        agent_id=agent_id,
+        plan=plan,
+        request=request,
+        gen=gen,
+        pack_id=pack_id,
+        group=group,
+        force_rebuild=force_rebuild,
+        carried=decided.sent,
+    )
+    prompted = _prompt(
+        plan=plan,
+        request=request,
+        gen=gen,
+        ctx=ctx,
+        number=number,
+        previous_prompt=previous_prompt,
+        group=group,
+        latest_user_input=latest_user_input,
+        chronology=chronology,
+    )
+    pack, built = _packed(
+        agent_id=agent_id,
+        plan=plan,
+        request=request,
+        ctx=ctx,
+        pack_id=pack_id,
+        number=number,
+        reserve=reserve,
+        decided=decided,
+        prompted=prompted,
+        previous_prompt=previous_prompt,
+    )
+    events.append(built)
     message = ""
     if plan.kind == "rebuild":
         message = f"Context rebuilt · Generation {gen.number} → {number} · Reason: {plan.reason}"
     return BuildRecord(
         events=tuple(events),
         pack=pack,
-        prompt=prompt,
+        prompt=prompted.prompt,
         kind=plan.kind,
         generation=number,
         message=message,
-        expected_cached_bytes=expected,
-        opened=None if request.purpose else opened,
+        expected_cached_bytes=built.expected_cached_bytes,
+        opened=None if request.purpose else decided.opened,
         recorded=() if plan.working_set is None else (plan.working_set,),
-        stable_prompt=(
-            None
-            if request.purpose
-            else without_tail(
-                prompt,
-                volatile_tail(status=status, recall=recall, latest_user_input=latest_user_input),
-            )
-        ),
+        stable_prompt=prompted.stable,
     )

@@ -1,4 +1,5 @@
-"""When a build appends, when it rebuilds into a new generation, and how a refresh shrinks.
+"""When a build appends and when it rebuilds into a new generation (how a refresh shrinks:
+``domain.refresh_policy``, whose names this module re-exports).
 
 Within a generation a build only appends: items already emitted keep their exact text and
 order, new items are packed into the room left. When the new items do not fit, the engine
@@ -15,7 +16,7 @@ from typing import Literal
 
 import msgspec
 
-from ctxledger.domain.model import Decision, Item, Layer, Source
+from ctxledger.domain.model import Decision, Item, Source
 from ctxledger.domain.packing import (
     OTHER_STAGE,
     OUTSIDE_WINDOW,
@@ -26,6 +27,7 @@ from ctxledger.domain.packing import (
 )
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prompt import render_item
+from ctxledger.domain.refresh_policy import learned_window, refresh_split, shrink_cap
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.settings import DEFAULT_WATERMARK
@@ -379,11 +381,8 @@ def plan_build(
             )
     if request.latest_step and not request.keep_ids:
         request = msgspec.structs.replace(request, keep_ids=keep_ids(candidates))
-    budget = request.budget
     if not force_rebuild and (ctx is None or not ctx.decisions):
-        fixed = sum(map(_TOKENS, filter(is_forced, candidates))) if history is not None else 0
-        result, ws = _full_select(request, candidates, counter, budget, budget, history, fixed)
-        return BuildPlan(kind="initial", result=result, emitted_order=(), working_set=ws)
+        return _initial_plan(request, candidates, counter, history)
     keep = frozenset(request.keep_ids)
     known = None
     if ctx is not None and not force_rebuild:
@@ -391,43 +390,94 @@ def plan_build(
             known = append_facts(candidates, ctx, keep, request.stage_id)
         else:
             known = facts(keep, request.stage_id)
-    # A steering note of another stage cannot stay in the prompt when the stage changes.
-    reason = (
-        force_rebuild
-        or (f"removed:{known.gone}" if known is not None and known.gone else "")
+    reason = force_rebuild or _facts_reason(known)
+    if not reason and ctx is not None and known is not None:
+        appended = _append_plan(request, ctx, known.new, counter, keep, chronology)
+        if isinstance(appended, BuildPlan):
+            return appended
+        reason = appended
+    return _rebuild_plan(request, candidates, ctx, counter, watermark, history, reason)
+
+
+def _initial_plan(
+    request: BuildRequest,
+    candidates: Sequence[Item],
+    counter: TokenCounter,
+    history: Mapping[str, Item] | None,
+) -> BuildPlan:
+    """The plan of a generation's first build with nothing emitted yet: a full pack into the
+    whole budget (and, with a *history*, its working set)."""
+    budget = request.budget
+    fixed = sum(map(_TOKENS, filter(is_forced, candidates))) if history is not None else 0
+    result, ws = _full_select(request, candidates, counter, budget, budget, history, fixed)
+    return BuildPlan(kind="initial", result=result, emitted_order=(), working_set=ws)
+
+
+def _facts_reason(known: AppendFacts | None) -> str:
+    """The rebuild reason the append's facts give before any selection (``""``: none): an
+    emitted item left the pool, an emitted steering note belongs to another stage (it cannot
+    stay in the prompt when the stage changes), or an emitted item sent cut is forced now."""
+    return (
+        (f"removed:{known.gone}" if known is not None and known.gone else "")
         or (f"{OTHER_STAGE}:{known.off_stage}" if known is not None and known.off_stage else "")
         or (f"{PINNED}:{known.forced_cut}" if known is not None and known.forced_cut else "")
     )
-    if not reason and ctx is not None and known is not None:
-        new = known.new
-        room = max(0, budget - ctx.used)
-        # A strategy needs a positive budget: with no room left, select against 1 token, so
-        # anything new is ``over_budget`` (→ rebuild) and no new items append nothing.
-        added = _select(request, new, counter, max(room, 1))
-        # a kept item cut to fit the room left is a reason to rebuild (room is freed there)
-        over = [
-            d
-            for d in added.decisions.values()
-            if d.reason == "over_budget" or (d.item_id in keep and d.action != "included")
-        ]
-        late = _out_of_order(added.items, ctx.order, chronology) if chronology else 0
-        if late:
-            reason = f"{ORDER}: {late} item(s) recorded before the newest one sent"
-        elif not over and added.overflow == 0 and ctx.used + added.used <= budget:
-            items = (*ctx.emitted.values(), *added.items)
-            decisions = {**ctx.decisions, **added.decisions}
-            result = msgspec.structs.replace(
-                added,
-                items=items,
-                decisions=decisions,
-                used=ctx.used + added.used,
-                budget=budget,
-                overflow=max(0, ctx.used + added.used - budget),
-            )
-            return BuildPlan(kind="append", result=result, emitted_order=ctx.order, appended=added)
-        else:
-            need = ctx.used + added.used + sum(d.tokens_before - d.tokens_after for d in over)
-            reason = f"budget: next pack needs {need} > {budget} tokens"
+
+
+def _append_plan(  # noqa: PLR0917 - the planner's inputs, named at the one call site
+    request: BuildRequest,
+    ctx: EmittedContext,
+    new: Sequence[Item],
+    counter: TokenCounter,
+    keep: frozenset[str],
+    chronology: Mapping[str, int] | None,
+) -> BuildPlan | str:
+    """The append of the *new* candidates into the room the generation left, or the reason
+    to rebuild instead: one of them was recorded before the newest item sent (``order``), or
+    they do not fit or a kept one would be cut (``budget``, with what the next pack needs)."""
+    budget = request.budget
+    room = max(0, budget - ctx.used)
+    # A strategy needs a positive budget: with no room left, select against 1 token, so
+    # anything new is ``over_budget`` (→ rebuild) and no new items append nothing.
+    added = _select(request, new, counter, max(room, 1))
+    # a kept item cut to fit the room left is a reason to rebuild (room is freed there)
+    over = [
+        d
+        for d in added.decisions.values()
+        if d.reason == "over_budget" or (d.item_id in keep and d.action != "included")
+    ]
+    late = _out_of_order(added.items, ctx.order, chronology) if chronology else 0
+    if late:
+        return f"{ORDER}: {late} item(s) recorded before the newest one sent"
+    if not over and added.overflow == 0 and ctx.used + added.used <= budget:
+        items = (*ctx.emitted.values(), *added.items)
+        decisions = {**ctx.decisions, **added.decisions}
+        result = msgspec.structs.replace(
+            added,
+            items=items,
+            decisions=decisions,
+            used=ctx.used + added.used,
+            budget=budget,
+            overflow=max(0, ctx.used + added.used - budget),
+        )
+        return BuildPlan(kind="append", result=result, emitted_order=ctx.order, appended=added)
+    need = ctx.used + added.used + sum(d.tokens_before - d.tokens_after for d in over)
+    return f"budget: next pack needs {need} > {budget} tokens"
+
+
+def _rebuild_plan(  # noqa: PLR0917 - the planner's inputs, named at the one call site
+    request: BuildRequest,
+    candidates: Sequence[Item],
+    ctx: EmittedContext | None,
+    counter: TokenCounter,
+    watermark: float,
+    history: Mapping[str, Item] | None,
+    reason: str,
+) -> BuildPlan:
+    """The rebuild into a new generation, for *reason*: a rolling strategy's window, else a
+    full pack below the watermark (:func:`rebuild_target`) measured against the whole
+    budget, keeping the retained items in their previous order."""
+    budget = request.budget
     if is_rolling(request.strategy) and ctx is not None:
         result = _rolling_select(request, candidates, ctx, counter)
         return BuildPlan(
@@ -537,79 +587,3 @@ def _out_of_order(
         for it in added
         if it.source is not Source.RECALLED_MEMORY and chronology.get(it.id, newest + 1) < newest
     )
-
-
-def refresh_split(
-    candidates: Sequence[Item], latest_ids: frozenset[str]
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The refresh pipeline's cut: ``(carried, dropped)`` item ids.
-
-    Durable state survives (task state L1, findings L2, project memory L3, pinned and
-    mandatory items); ephemeral L0 and raw history L4 are dropped, except the latest step's
-    observations (``latest_ids``), which the retried turn still needs.
-    """
-    carried: list[str] = []
-    dropped: list[str] = []
-    for item in candidates:
-        keep = (
-            item.pinned
-            or item.mandatory
-            or item.layer in (Layer.L1, Layer.L2, Layer.L3)
-            or item.id in latest_ids
-        )
-        (carried if keep else dropped).append(item.id)
-    return tuple(carried), tuple(dropped)
-
-
-def learned_window(
-    failed_tokens: int,
-    current_cap: int,
-    attempt: int,
-    *,
-    prompt_tokens: int = 0,
-    limit_tokens: int = 0,
-    output_tokens: int = 0,
-    floor: int = 1,
-) -> int:
-    """The agent's window (a budget cap, in this engine's tokens) after a context-limit error.
-
-    With a stated limit it is that limit less the stated output reserve — the same after
-    every error, never ratcheted down by repeated errors — scaled by our count of the failed
-    prompt over the provider's when the two tokenizers plausibly counted the same prompt (a
-    ratio in [0.5, 1)). Without one it shrinks from the prompt size that failed
-    (:func:`shrink_cap`). Never below *floor* (what pinned and mandatory content needs)."""
-    if limit_tokens > 0:
-        window = max(1, limit_tokens - output_tokens)
-        if prompt_tokens > 0 and failed_tokens > 0 and 0.5 <= failed_tokens / prompt_tokens < 1:
-            window = window * failed_tokens // prompt_tokens
-    else:
-        window = shrink_cap(failed_tokens or current_cap, current_cap, attempt)
-    return max(1, floor, window)
-
-
-def shrink_cap(
-    failed_tokens: int,
-    current_cap: int,
-    attempt: int,
-    *,
-    provider_prompt_tokens: int = 0,
-    provider_limit_tokens: int = 0,
-) -> int:
-    """The budget cap after a context-limit error, strictly below what failed.
-
-    When the provider stated both its count of the prompt and its limit, the pack is scaled
-    by their ratio (our tokenizer and the provider's may differ) with a 5 % margin per
-    attempt; otherwise it shrinks geometrically with each attempt (0.7, 0.49, …). Whatever
-    the attempt number (the engine counts from 1), the cap is at least 1 and below both the
-    current cap and the failed size (unless that was a single token). Integer arithmetic:
-    1000 tokens shrink to exactly 700, 490, 343 (floats would give 489 and 342)."""
-    base = min(current_cap, failed_tokens) if current_cap else failed_tokens
-    n = max(0, attempt)
-    if 0 < provider_limit_tokens < provider_prompt_tokens:
-        margin: int = 95**n  # 0.95ⁿ = 95ⁿ / 100ⁿ
-        per: int = 100**n
-        scaled = failed_tokens * provider_limit_tokens * margin // (provider_prompt_tokens * per)
-        return max(1, min(base - 1, scaled))
-    shrink: int = 7**n  # 0.7ⁿ = 7ⁿ / 10ⁿ
-    per_ten: int = 10**n
-    return max(1, min(base - 1, base * shrink // per_ten))

@@ -75,8 +75,34 @@ def working_set_text(history: Collection[Item], shown: Collection[str], *, limit
         return ""
     hidden_groups = dict.fromkeys(it.group for it in hidden)
     shown_groups = {it.group for it in steps if it.id in shown}
-    # what each file last went through, what each command last gave, which failures a later
-    # passing run of the same command fixed — over the whole history (shown steps included)
+    files, commands, failures = _latest_states(steps, hidden)
+    names = _names_used(hidden, files)
+    first, last = next(iter(hidden_groups)), next(reversed(hidden_groups))
+    head = (
+        f"Working set of {len(hidden_groups)} earlier step(s) not shown ({first} … {last});"
+        f" {len(shown_groups)} shown in full below. Newest first."
+    )
+    lists = (files, commands, failures, names)
+    sizes = [_MAX_FILES, _MAX_COMMANDS, _MAX_FAILURES, _MAX_NAMES]
+    text = _render(head, lists, sizes)
+    while limit and len(text) > limit and any(sizes):
+        # shorten one list by a quarter: the commands first (their files and names are
+        # listed too), then the longer of the names and the files, then the failures
+        at = next((k for k in (1, 3 if sizes[3] >= sizes[0] else 0, 0, 3, 2) if sizes[k]), 2)
+        sizes[at] = sizes[at] * 3 // 4 if sizes[at] > 3 else 0
+        text = _render(head, lists, sizes)
+    if limit and len(text) > limit:
+        return ""
+    return text
+
+
+def _latest_states(
+    steps: Sequence[Item], hidden: Sequence[Item]
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """What the *hidden* steps touched, newest first, as ``(files, commands, failures)``:
+    what each file last went through (edited, viewed or seen, and in which step), what each
+    command last gave, and whether each failure is ``fixed`` (a later passing run of the
+    same command, over the whole history: *steps*, shown ones included) or still open."""
     position = {it.id: n for n, it in enumerate(steps)}
     last_pass: dict[str, tuple[int, str]] = {}
     for n, it in enumerate(steps):
@@ -106,8 +132,12 @@ def working_set_text(history: Collection[Item], shown: Collection[str], *, limit
                 if fixed is not None and fixed[0] > position[it.id]
                 else f"open since {step}"
             )
-    # names: how many hidden steps used each (their commands, the symbols of their output),
-    # most used first, then the newest first
+    return files, commands, failures
+
+
+def _names_used(hidden: Sequence[Item], files: Collection[str]) -> dict[str, None]:
+    """The names the *hidden* steps used (their commands, the symbols of their output; not
+    the *files*), most used first (by how many steps used each), then the newest first."""
     uses: dict[str, int] = {}
     named = 0
     for it in reversed(hidden):
@@ -122,44 +152,34 @@ def working_set_text(history: Collection[Item], shown: Collection[str], *, limit
             if name not in files:
                 uses[name] = uses.get(name, 0) + 1
     recency = {name: n for n, name in enumerate(uses)}
-    names = dict.fromkeys(sorted(uses, key=lambda n: (-uses[n], recency[n])))
-    first, last = next(iter(hidden_groups)), next(reversed(hidden_groups))
-    head = (
-        f"Working set of {len(hidden_groups)} earlier step(s) not shown ({first} … {last});"
-        f" {len(shown_groups)} shown in full below. Newest first."
-    )
+    return dict.fromkeys(sorted(uses, key=lambda n: (-uses[n], recency[n])))
 
-    def render(n_files: int, n_commands: int, n_failures: int, n_names: int) -> str:
-        lines = [head]
-        if files and n_files:
-            lines.append(
-                "files: " + " · ".join(f"{f} ({s})" for f, s in list(files.items())[:n_files])
-            )
-        if commands and n_commands:
-            lines.append(
-                "commands, last result: "
-                + " · ".join(f"`{_short(c)}` {s}" for c, s in list(commands.items())[:n_commands])
-            )
-        if failures and n_failures:
-            lines.append(
-                "failures: "
-                + " · ".join(f"`{_short(c)}` {s}" for c, s in list(failures.items())[:n_failures])
-            )
-        if names and n_names:
-            lines.append("names used: " + ", ".join(list(names)[:n_names]))
-        return "\n".join(lines)
 
-    sizes = [_MAX_FILES, _MAX_COMMANDS, _MAX_FAILURES, _MAX_NAMES]
-    text = render(*sizes)
-    while limit and len(text) > limit and any(sizes):
-        # shorten one list by a quarter: the commands first (their files and names are
-        # listed too), then the longer of the names and the files, then the failures
-        at = next((k for k in (1, 3 if sizes[3] >= sizes[0] else 0, 0, 3, 2) if sizes[k]), 2)
-        sizes[at] = sizes[at] * 3 // 4 if sizes[at] > 3 else 0
-        text = render(*sizes)
-    if limit and len(text) > limit:
-        return ""
-    return text
+def _render(
+    head: str,
+    lists: tuple[dict[str, str], dict[str, str], dict[str, str], dict[str, None]],
+    sizes: Sequence[int],
+) -> str:
+    """The working set's text: *head*, then the first *sizes* entries of each of the
+    *lists* (files, commands, failures, names), an empty list or size leaving its line out."""
+    files, commands, failures, names = lists
+    n_files, n_commands, n_failures, n_names = sizes
+    lines = [head]
+    if files and n_files:
+        lines.append("files: " + " · ".join(f"{f} ({s})" for f, s in list(files.items())[:n_files]))
+    if commands and n_commands:
+        lines.append(
+            "commands, last result: "
+            + " · ".join(f"`{_short(c)}` {s}" for c, s in list(commands.items())[:n_commands])
+        )
+    if failures and n_failures:
+        lines.append(
+            "failures: "
+            + " · ".join(f"`{_short(c)}` {s}" for c, s in list(failures.items())[:n_failures])
+        )
+    if names and n_names:
+        lines.append("names used: " + ", ".join(list(names)[:n_names]))
+    return "\n".join(lines)
 
 
 def working_set_item(

@@ -14,15 +14,14 @@ from ctxledger.domain.events import GenerationRefreshed
 from ctxledger.domain.generation_policy import (
     BuildPlan,
     EmittedContext,
-    learned_window,
     plan_build,
-    refresh_split,
 )
 from ctxledger.domain.model import Decision, Generation, Item
 from ctxledger.domain.packing import is_forced
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.prompt import PromptParts, compose
 from ctxledger.domain.recall import RecallGroup
+from ctxledger.domain.refresh_policy import learned_window, refresh_split
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.turn_errors import TurnError
 from ctxledger.domain.working_set import is_working_set

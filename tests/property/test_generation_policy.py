@@ -19,10 +19,9 @@ from ctxledger.domain.generation_policy import (
     newest_step_tokens,
     plan_build,
     rebuild_target,
-    refresh_split,
-    shrink_cap,
 )
 from ctxledger.domain.model import Item, Layer
+from ctxledger.domain.refresh_policy import refresh_split, shrink_cap
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.strategies import BASELINES, STRATEGIES, get_strategy

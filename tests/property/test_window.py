@@ -16,8 +16,8 @@ from ctxledger.adapters.engine import EngineSettings
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.adapters.ledger.projection_runner import replay_states
 from ctxledger.domain.errors import RefreshExhaustedError
-from ctxledger.domain.generation_policy import learned_window
 from ctxledger.domain.model import AgentIdentity, Layer, Source
+from ctxledger.domain.refresh_policy import learned_window
 from ctxledger.projections.catalog import read_models
 
 AGENT = "a"

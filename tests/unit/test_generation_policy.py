@@ -16,10 +16,9 @@ from ctxledger.domain.generation_policy import (
     newest_step_tokens,
     plan_build,
     rebuild_target,
-    refresh_split,
-    shrink_cap,
 )
 from ctxledger.domain.model import Item, Layer, Source
+from ctxledger.domain.refresh_policy import refresh_split, shrink_cap
 from ctxledger.domain.request import BuildRequest
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
