@@ -26,13 +26,7 @@ MODULE_LINES = 600
 SHARED = frozenset({"clock", "extras", "logs", "tokens"})
 """Small modules directly in adapters/ that every component may use."""
 FUNCTION_LINES = 80
-_TWO_PACKERS = (
-    "the packer's rules exist twice (the general packer and the ranked fast path, proven equal "
-    "by property tests) until one packer remains: issue 36's item 4, not done yet"
-)
 DOMAIN_EXCEPTIONS = {
-    "ctxledger.domain.packing": _TWO_PACKERS,
-    "ctxledger.domain.ranked_pack": _TWO_PACKERS,
     "ctxledger.domain.generation_policy": "the planner (append, rebuild, refresh) in one "
     "module; 15 lines over, not split yet",
 }

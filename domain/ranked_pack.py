@@ -1,57 +1,55 @@
-"""The packer over positions: :func:`~ctxledger.domain.packing.pack` for a :class:`Ranked` pool.
+"""The packer: fit a scored pool into a token budget, one decision per item, on positions.
 
-The general packer (``packing.pack``) is the specification. It makes a ``Candidate`` per
-item and passes over them several times; most of a large pool only passes through (a build
-at 10k items includes ~650 and drops the rest ``over_budget``). This packer takes the same
-steps in the same order — so it records the same decisions in the same order, byte for
-byte (``tests/property/test_ranked_pack.py``) — on positions into the pool's per-version
-arrays (``PoolFacts``): a unit is an ungrouped item's position, or a group's first member
-in ranked order standing for the group; ``Candidate``/``Group`` objects are made only for
-what needs one (a strategy's omission test, forced and kept units, groups that fit or may
-be compressed, compression attempts). A candidate's ``index`` is its pool position here
-(its ranked position in the general packer): it only breaks ties of equal ids, which this
+The rules are those of ``domain/packing.py``'s module docstring; this module applies them on
+positions into the pool's per-version arrays (``PoolFacts``) instead of one object per item
+(a build at 10k items includes ~650 and drops the rest ``over_budget``): a unit is an
+ungrouped item's position, or a group's first member in ranked order standing for the group;
+``Candidate``/``Group`` objects are made only for what needs one (a strategy's omission
+test, forced and kept units, groups that fit or may be compressed, compression attempts).
+A candidate's ``index`` is its pool position: it only breaks ties of equal ids, which this
 packer never sees.
 
-It declines (returns ``None``: the general packer runs) what it does not cover: duplicate
-item ids, a scope that excludes or clips, steering notes of another stage, a score that is
-not a number."""
+Any input is first made a :class:`Ranked` pool this packer covers (:func:`as_ranked`): a
+list of scored items is de-duplicated by id (first wins) and ranked by (-score, id), a score
+that is not a number ranking last; steering notes of another stage than the request's are
+dropped ``other_stage`` before anything else. The specification it is held equal to, byte
+for byte, is the packer over candidate objects in ``tests/oracles/packing_spec.py``
+(``tests/property/test_ranked_pack.py``)."""
 
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Callable, Hashable, Sequence
 
 import msgspec
 
+from ctxledger.domain.filling import (
+    COMPRESS_MIN_ROOM,
+    Filler,
+    include_kept,
+    kept_reserves,
+)
 from ctxledger.domain.model import Decision, Layer, Source
 from ctxledger.domain.packing import (
-    COMPRESS_MIN_ROOM,
     DUPLICATE,
     EXCLUDED_BY_SCOPE,
     RAW_HISTORY,
     SUPERSEDED,
     Accumulator,
     Candidate,
-    Filler,
-    Group,
     OmitFn,
     PackResult,
     Unit,
     effective_budget,
-    include_kept,
-    kept_reserves,
     recent_first,
-    scope_excluder,
 )
-from ctxledger.domain.packing import pack as pack_general
 from ctxledger.domain.pool_facts import PoolFacts
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.positions import Units, as_ranked, kept_units_at, record_drops, scope_out
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked, ScoredItem
-from ctxledger.domain.tiers import dropped_decision
 
-__all__ = ["Units", "covers", "kept_units_at", "pack", "pack_ranked", "record_drops"]
+__all__ = ["pack", "pack_ranked"]
 
 _L4 = Layer.L4
 
@@ -72,23 +70,20 @@ def pack(
     stop_at_first_miss: bool = False,
     raw_history: bool = False,
 ) -> PackResult:
-    """``packing.pack`` (the strategies' packer): over the pool's arrays when *candidates*
-    is the :class:`Ranked` that ``retrieve`` returns and :func:`pack_ranked` covers the
-    case; otherwise the general packer. The same decisions either way.
+    """Pack *candidates* into the budget (``budget`` overrides the request's, e.g. tighter).
 
-    ``omit_key`` names an omission test and its parameters (hashable) when the test reads
-    only a candidate's item and tokens: its verdicts are then memoised per pool version."""
-    if type(candidates) is Ranked:
-        done = pack_ranked(
-            request, candidates, counter, strategy_name=strategy_name, budget=budget,
-            omit=omit, omit_key=omit_key, chronological=chronological, supersede=supersede,
-            dedupe=dedupe,
-            compress=compress, stop_at_first_miss=stop_at_first_miss, raw_history=raw_history,
-        )  # fmt: skip
-        if done is not None:
-            return done
-    return pack_general(
-        request, candidates, counter, strategy_name=strategy_name, budget=budget, omit=omit,
+    ``omit`` gives a strategy's own drop reason for a candidate (never applied to forced
+    units; one omitted member drops its whole group); ``omit_key`` names that test and its
+    parameters (hashable) when it reads only a candidate's item and tokens: its verdicts are
+    then memoised per pool version. ``chronological`` orders by ``observed_at`` instead of
+    (tier, score, id); ``stop_at_first_miss`` stops filling at the first unit that does not
+    fit; without ``raw_history`` raw-history (L4) items never reach the prompt (seed 000:
+    observability only), dropped ``raw_history``. Pure and deterministic."""
+    limit = effective_budget(request, budget)
+    acc = Accumulator(counter, strategy_name)
+    ranked = as_ranked(request, candidates, counter, acc)
+    return pack_ranked(
+        request, ranked, counter, acc=acc, limit=limit, omit=omit, omit_key=omit_key,
         chronological=chronological, supersede=supersede, dedupe=dedupe, compress=compress,
         stop_at_first_miss=stop_at_first_miss, raw_history=raw_history,
     )  # fmt: skip
@@ -99,8 +94,8 @@ def pack_ranked(
     ranked: Ranked,
     counter: TokenCounter,
     *,
-    strategy_name: str,
-    budget: int | None,
+    acc: Accumulator,
+    limit: int,
     omit: OmitFn | None,
     chronological: bool,
     supersede: frozenset[Source],
@@ -109,16 +104,10 @@ def pack_ranked(
     stop_at_first_miss: bool,
     raw_history: bool,
     omit_key: Hashable | None = None,
-) -> PackResult | None:
-    """``packing.pack`` with the same arguments over *ranked*, or ``None`` when it declines."""
+) -> PackResult:
+    """:func:`pack` over *ranked* (a pool :func:`as_ranked` made) into *acc*, within *limit*."""
     facts = ranked.facts
-    if not covers(request, facts):
-        return None
     scores = ranked.scores
-    if math.isnan(sum(scores)):  # a NaN score: the ranked order is not (-score, id) order
-        return None
-    limit = effective_budget(request, budget)
-    acc = Accumulator(counter, strategy_name)
     order = ranked.order
     items, ids, tier, ts, forced = facts.items, facts.ids, facts.tier, facts.ts, facts.forced
     group, layer, lv = facts.group, facts.layer, facts.layer_value
@@ -133,6 +122,8 @@ def pack_ranked(
         return u.chrono_key() if chronological else u.priority_key()
 
     kept_keys, kept_k, kept_g = kept_units_at(facts, request.keep_ids, forced, group_forced)
+    scoped, scoped_g = scope_out(request, facts, forced, group_forced)
+    clip_limit = request.scope.clip_above_tokens
 
     # Supersession (``supersede_latest``): the newest version per (source, source_id) among
     # the live ungrouped items and the forced ones. Unless an omission test must run item by
@@ -149,7 +140,7 @@ def pack_ranked(
             omit_key, omit, cand, counter=counter, raw=raw
         )
     waiting = omit is not None and verdicts is None  # groups tested once their members are known
-    out: set[int] = set(kept_k)  # units not live: kept, or dropped before packing
+    out: set[int] = kept_k | scoped  # units not live: kept, or dropped before packing
     gone: set[int] = set()
     if not waiting and supersede:
         gone = _superseded(facts, supersede, out, raw=raw, verdicts=verdicts)
@@ -173,7 +164,11 @@ def pack_ranked(
     for k in order:
         g = group[k]
         if not g:
-            if plain[k] and not waiting:
+            if scoped and k in scoped:  # excluded by scope (when kept: below)
+                if k not in kept_k:
+                    dropped.append(k)
+                    why.append(EXCLUDED_BY_SCOPE)
+            elif plain[k] and not waiting:
                 if k not in skip:
                     put[tier[k]](k)
                 elif k in gone:
@@ -208,6 +203,9 @@ def pack_ranked(
             continue
         if group_forced[g]:
             forced_units.append(k)
+        elif g in scoped_g:
+            dropped.append(k)
+            why.append(EXCLUDED_BY_SCOPE)
         elif raw and group_raw[g]:
             dropped.append(k)
             why.append(RAW_HISTORY)
@@ -246,8 +244,13 @@ def pack_ranked(
         acc.include_unit(f, key(f))
     kept_list = [unit(gmap[ref][0] if isinstance(ref, str) else ref) for ref in kept_keys]
     later = kept_reserves([f.tokens for f in kept_list])
-    for f, held in zip(kept_list, later, strict=True):
-        include_kept(f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=0, held=held)
+    for ref, f, held in zip(kept_keys, kept_list, later, strict=True):
+        if ref in scoped_g if isinstance(ref, str) else ref in scoped:
+            acc.drop_unit(f, EXCLUDED_BY_SCOPE)
+        else:
+            include_kept(
+                f, key(f), limit=limit, acc=acc, counter=counter, clip_limit=clip_limit, held=held
+            )
     if superseded:
         record_drops(
             acc, facts, counter, gmap, dropped=superseded, why=[SUPERSEDED] * len(superseded)
@@ -265,7 +268,7 @@ def pack_ranked(
 
     # Fill in packing order; once nothing more fits, the rest in one pass.
     filler = Filler(
-        acc, limit, counter, clip_limit=0, chronological=chronological, dedupe=dedupe,
+        acc, limit, counter, clip_limit=clip_limit, chronological=chronological, dedupe=dedupe,
         compress=compress, stop_at_first_miss=stop_at_first_miss,
     )  # fmt: skip
     dedupe = dedupe and not facts.distinct_contents  # distinct texts: no duplicate is possible
@@ -275,6 +278,13 @@ def pack_ranked(
     chosen = acc.selected
     over = facts.over_budget(counter)
     included = facts.included
+    if clip_limit:  # scope clipping: every unit through the filler, which clips
+        for at, k in enumerate(ordered):
+            if filler.stopped or acc.used >= limit:
+                _drop_tail(ordered, at, acc, facts, gmap=gmap, over=over, dedupe=dedupe)
+                break
+            filler.place(unit(k))
+        return acc.result(limit)
 
     def include(k: int, t: int) -> None:  # acc.include(cand(k), key(…)), from the arrays
         item = items[k]
@@ -341,127 +351,6 @@ def pack_ranked(
         else:
             filler.place(cand(k))
     return acc.result(limit)
-
-
-class Units:
-    """``Candidate``/``Group`` objects for the few positions that need one (an omission
-    test, forced and kept units, compression attempts); *forced* and *group_forced* are the
-    packer's own (a strategy may force more), *gmap* a group's members in ranked order."""
-
-    __slots__ = ("_facts", "_forced", "_gmap", "_group_forced", "_scores", "_tokens")
-
-    def __init__(
-        self,
-        facts: PoolFacts,
-        scores: list[float],
-        tokens: list[int],
-        *,
-        forced: list[bool],
-        group_forced: dict[str, bool],
-        gmap: dict[str, list[int]],
-    ) -> None:
-        self._facts = facts
-        self._scores = scores
-        self._tokens = tokens
-        self._forced = forced
-        self._group_forced = group_forced
-        self._gmap = gmap
-
-    def cand(self, k: int) -> Candidate:
-        """Item *k* as a candidate (its index: its pool position)."""
-        f = self._facts
-        return Candidate(
-            f.items[k], self._scores[k], self._tokens[k], k, f.tier[k], f.ts[k], self._forced[k]
-        )
-
-    def unit(self, k: int) -> Unit:
-        """The unit at *k*: item *k*, or its whole group (members in ranked order)."""
-        g = self._facts.group[k]
-        if not g:
-            return self.cand(k)
-        members = [self.cand(m) for m in self._gmap[g]]
-        grp = Group(g, members[0], self._group_forced[g])
-        grp.members = members
-        return grp
-
-
-def covers(request: BuildRequest, facts: PoolFacts) -> bool:
-    """Whether a packer over positions covers *request* on this pool: it declines (the
-    general path decides) duplicate item ids, a scope that excludes or clips, and steering
-    notes of another stage than the request's (dropped before anything else)."""
-    scope = request.scope
-    if not facts.unique or scope.clip_above_tokens or scope_excluder(scope) is not None:
-        return False
-    stage = request.stage_id
-    return all(s == stage for _, s in facts.staged)
-
-
-def kept_units_at(
-    facts: PoolFacts, keep_ids: Sequence[str], forced: list[bool], group_forced: dict[str, bool]
-) -> tuple[list[int | str], set[int], set[str]]:
-    """``packing.kept_units`` on positions: the units holding a kept id and not *forced*
-    (per item, and per group in *group_forced*), most important first — each an ungrouped
-    item's position or a group's name — and the two kinds as sets."""
-    kept: list[int | str] = []
-    kept_k: set[int] = set()
-    kept_g: set[str] = set()
-    if keep_ids:
-        group = facts.group
-        rank = {iid: r for r, iid in enumerate(keep_ids)}  # the last occurrence ranks
-        for iid in sorted(rank, key=rank.__getitem__):
-            at = facts.index.get(iid)
-            if at is None:
-                continue
-            g = group[at]
-            if g:
-                if not group_forced[g] and g not in kept_g:
-                    kept_g.add(g)
-                    kept.append(g)
-            elif not forced[at]:
-                kept_k.add(at)
-                kept.append(at)
-    return kept, kept_k, kept_g
-
-
-def record_drops(
-    acc: Accumulator,
-    facts: PoolFacts,
-    counter: TokenCounter,
-    gmap: dict[str, list[int]],
-    *,
-    dropped: list[int],
-    why: list[str],
-) -> None:
-    """``acc.drop_id`` for each member of each unit in *dropped* with its reason in *why*,
-    in order, with the decisions shared per pool version and reason."""
-    ids, lv, group, tok = facts.ids, facts.layer_value, facts.group, facts.tokens(counter)
-    flat, reasons = dropped, why
-    if any(map(group.__getitem__, dropped)):  # a group's members, each with its reason
-        flat, reasons = [], []
-        for k, reason in zip(dropped, why, strict=True):
-            g = group[k]
-            if g:
-                members = gmap[g]
-                flat += members
-                reasons += [reason] * len(members)
-            else:
-                flat.append(k)
-                reasons.append(reason)
-    made_for = {reason: facts.dropped_as(reason, counter) for reason in set(reasons)}
-    made = [made_for[r][m] for r, m in zip(reasons, flat, strict=True)]
-    if None in made:
-        for i, (r, m) in enumerate(zip(reasons, flat, strict=True)):
-            if made[i] is None:
-                made[i] = made_for[r][m] = dropped_decision(ids[m], r, tok[m])
-    # (no None left in *made*)
-    acc.decisions.update(zip(map(ids.__getitem__, flat), made, strict=True))  # type: ignore[arg-type]
-    acc.dropped += len(flat)
-    if EXCLUDED_BY_SCOPE in made_for:  # (a strategy's own reason could say so)
-        acc.truncated.update(
-            lv[m] for r, m in zip(reasons, flat, strict=True) if r != EXCLUDED_BY_SCOPE
-        )
-    else:
-        acc.truncated.update(map(lv.__getitem__, flat))
 
 
 def _superseded(

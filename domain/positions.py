@@ -1,0 +1,210 @@
+"""A pool on positions, for the packers that work on them (``ranked_pack``, ``layered``).
+
+Any input is made a :class:`Ranked` pool they cover (:func:`as_ranked`); the rest are the
+pieces both packers share: what the scope excludes (:func:`scope_out`), the kept units
+(:func:`kept_units_at`), drops recorded from the pool's per-version decisions
+(:func:`record_drops`), and ``Candidate``/``Group`` objects made only where needed
+(:class:`Units`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from ctxledger.domain.model import Item
+from ctxledger.domain.packing import (
+    EXCLUDED_BY_SCOPE,
+    OTHER_STAGE,
+    Accumulator,
+    Candidate,
+    Group,
+    Unit,
+    scope_excluder,
+)
+from ctxledger.domain.pool_facts import PoolFacts, pool_facts
+from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.request import BuildRequest
+from ctxledger.domain.retrieval import Ranked, ScoredItem
+from ctxledger.domain.tiers import dropped_decision
+
+__all__ = ["Units", "as_ranked", "kept_units_at", "record_drops", "scope_out"]
+
+_NEG_INF = float("-inf")
+
+
+def as_ranked(
+    request: BuildRequest, candidates: Sequence[ScoredItem], counter: TokenCounter, acc: Accumulator
+) -> Ranked:
+    """*candidates* as a pool the packers over positions cover: the :class:`Ranked` that
+    ``retrieve`` returns as it is; a list of scored items (or a pool with a repeated id or a
+    score that is not a number) de-duplicated by id, first wins, and ranked by (-score, id),
+    a NaN score ranking last. Steering notes scoped to another stage than the request's are
+    dropped ``other_stage`` into *acc* first, in ranked order — pinned or not: a note for
+    one stage never reaches another stage's build."""
+    if type(candidates) is Ranked:
+        ranked = candidates
+        if not ranked.facts.unique or math.isnan(sum(ranked.scores)):
+            ranked = _ranked_list(ranked)
+    else:
+        ranked = _ranked_list(candidates)
+    facts = ranked.facts
+    stage = request.stage_id
+    other = {k for k, s in facts.staged if s != stage}
+    if not other:
+        return ranked
+    tok = facts.tokens(counter)
+    rest: list[ScoredItem] = []
+    for k in ranked.order:
+        if k in other:
+            acc.drop_id(facts.ids[k], facts.layer_value[k], tok[k], OTHER_STAGE)
+        else:
+            rest.append(ScoredItem(facts.items[k], ranked.scores[k]))
+    return _ranked_list(rest)
+
+
+def _ranked_list(candidates: Iterable[ScoredItem]) -> Ranked:
+    """The first of each id among *candidates*, ranked by (-score, id); NaN ranks last."""
+    items: list[Item] = []
+    scores: list[float] = []
+    seen: set[str] = set()
+    for sc in candidates:
+        item = sc.item
+        if item.id in seen:
+            continue
+        seen.add(item.id)
+        items.append(item)
+        score = sc.score
+        scores.append(_NEG_INF if math.isnan(score) else score)
+    order = sorted(range(len(items)), key=lambda k: (-scores[k], items[k].id))
+    return Ranked(pool_facts(items), order, scores)
+
+
+def scope_out(
+    request: BuildRequest, facts: PoolFacts, forced: list[bool], group_forced: dict[str, bool]
+) -> tuple[set[int], set[str]]:
+    """What the request's scope excludes (``excluded_by_scope``) among the units not
+    *forced*: ungrouped items' positions, and groups with an excluded member."""
+    excluded = scope_excluder(request.scope)
+    items: set[int] = set()
+    groups: set[str] = set()
+    if excluded is not None:
+        group = facts.group
+        for k, item in enumerate(facts.items):
+            if excluded(item):
+                g = group[k]
+                if not g:
+                    if not forced[k]:
+                        items.add(k)
+                elif not group_forced[g]:
+                    groups.add(g)
+    return items, groups
+
+
+class Units:
+    """``Candidate``/``Group`` objects for the few positions that need one (an omission
+    test, forced and kept units, compression attempts); *forced* and *group_forced* are the
+    packer's own (a strategy may force more), *gmap* a group's members in ranked order."""
+
+    __slots__ = ("_facts", "_forced", "_gmap", "_group_forced", "_scores", "_tokens")
+
+    def __init__(
+        self,
+        facts: PoolFacts,
+        scores: list[float],
+        tokens: list[int],
+        *,
+        forced: list[bool],
+        group_forced: dict[str, bool],
+        gmap: dict[str, list[int]],
+    ) -> None:
+        self._facts = facts
+        self._scores = scores
+        self._tokens = tokens
+        self._forced = forced
+        self._group_forced = group_forced
+        self._gmap = gmap
+
+    def cand(self, k: int) -> Candidate:
+        """Item *k* as a candidate (its index: its pool position)."""
+        f = self._facts
+        return Candidate(
+            f.items[k], self._scores[k], self._tokens[k], k, f.tier[k], f.ts[k], self._forced[k]
+        )
+
+    def unit(self, k: int) -> Unit:
+        """The unit at *k*: item *k*, or its whole group (members in ranked order)."""
+        g = self._facts.group[k]
+        if not g:
+            return self.cand(k)
+        members = [self.cand(m) for m in self._gmap[g]]
+        grp = Group(g, members[0], self._group_forced[g])
+        grp.members = members
+        return grp
+
+
+def kept_units_at(
+    facts: PoolFacts, keep_ids: Sequence[str], forced: list[bool], group_forced: dict[str, bool]
+) -> tuple[list[int | str], set[int], set[str]]:
+    """``packing.kept_units`` on positions: the units holding a kept id and not *forced*
+    (per item, and per group in *group_forced*), most important first — each an ungrouped
+    item's position or a group's name — and the two kinds as sets."""
+    kept: list[int | str] = []
+    kept_k: set[int] = set()
+    kept_g: set[str] = set()
+    if keep_ids:
+        group = facts.group
+        rank = {iid: r for r, iid in enumerate(keep_ids)}  # the last occurrence ranks
+        for iid in sorted(rank, key=rank.__getitem__):
+            at = facts.index.get(iid)
+            if at is None:
+                continue
+            g = group[at]
+            if g:
+                if not group_forced[g] and g not in kept_g:
+                    kept_g.add(g)
+                    kept.append(g)
+            elif not forced[at]:
+                kept_k.add(at)
+                kept.append(at)
+    return kept, kept_k, kept_g
+
+
+def record_drops(
+    acc: Accumulator,
+    facts: PoolFacts,
+    counter: TokenCounter,
+    gmap: dict[str, list[int]],
+    *,
+    dropped: list[int],
+    why: list[str],
+) -> None:
+    """``acc.drop_id`` for each member of each unit in *dropped* with its reason in *why*,
+    in order, with the decisions shared per pool version and reason."""
+    ids, lv, group, tok = facts.ids, facts.layer_value, facts.group, facts.tokens(counter)
+    flat, reasons = dropped, why
+    if any(map(group.__getitem__, dropped)):  # a group's members, each with its reason
+        flat, reasons = [], []
+        for k, reason in zip(dropped, why, strict=True):
+            g = group[k]
+            if g:
+                members = gmap[g]
+                flat += members
+                reasons += [reason] * len(members)
+            else:
+                flat.append(k)
+                reasons.append(reason)
+    made_for = {reason: facts.dropped_as(reason, counter) for reason in set(reasons)}
+    made = [made_for[r][m] for r, m in zip(reasons, flat, strict=True)]
+    if None in made:
+        for i, (r, m) in enumerate(zip(reasons, flat, strict=True)):
+            if made[i] is None:
+                made[i] = made_for[r][m] = dropped_decision(ids[m], r, tok[m])
+    # (no None left in *made*)
+    acc.decisions.update(zip(map(ids.__getitem__, flat), made, strict=True))  # type: ignore[arg-type]
+    acc.dropped += len(flat)
+    if EXCLUDED_BY_SCOPE in made_for:  # (a strategy's own reason could say so)
+        acc.truncated.update(
+            lv[m] for r, m in zip(reasons, flat, strict=True) if r != EXCLUDED_BY_SCOPE
+        )
+    else:
+        acc.truncated.update(map(lv.__getitem__, flat))
