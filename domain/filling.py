@@ -6,17 +6,28 @@ Steps 5 and 6 of ``domain/packing.py``'s order of work, shared by the packer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 
 from ctxledger.domain.clipping import CLIP_METHOD, CLIP_REASON, clip_text
 from ctxledger.domain.compression import compress_text
-from ctxledger.domain.model import Item, Source
+from ctxledger.domain.model import Decision, Item, Source
 from ctxledger.domain.packing import Accumulator, Candidate, Unit
+from ctxledger.domain.pool_facts import PoolFacts
 from ctxledger.domain.ports import TokenCounter
+from ctxledger.domain.positions import members_of
 from ctxledger.domain.prompt import render_block
 from ctxledger.domain.tiers import DUPLICATE, KEPT_CLIPPED, OVER_BUDGET
 
-__all__ = ["COMPRESS_MIN_ROOM", "Filler", "block_tokens", "include_kept", "kept_reserves"]
+__all__ = [
+    "COMPRESS_MIN_ROOM",
+    "Filler",
+    "block_tokens",
+    "drop_tail",
+    "fill_small_room",
+    "include_kept",
+    "kept_reserves",
+]
 
 _CONVERSATION = Source.CONVERSATION
 
@@ -259,3 +270,92 @@ def _compress_unit(
                 continue
         out.append((text, t, "included" if text is None else "clipped", CLIP_METHOD))
     return out if gained else None
+
+
+def fill_small_room(
+    ordered: list[int],
+    start: int,
+    acc: Accumulator,
+    facts: PoolFacts,
+    limit: int,
+    *,
+    gmap: dict[str, list[int]],
+    over: list[Decision],
+    tokens: list[int],
+    include: Callable[[int, int], None],
+    place: Callable[[int], None],
+) -> None:
+    """The fill from *start* on when the room left is below what compression needs (and
+    the packer neither de-duplicates nor stops at a first miss): each unit is included if
+    it fits the room then left, else dropped ``over_budget``. Every member's decision is
+    written ``over_budget`` first, in order; the few units whose first member alone fits
+    the room at *start* (a group's total is no less) are then tried in order, an inclusion
+    overwriting its decisions in place — the same decisions in the same order."""
+    lv, group, ids = facts.layer_value, facts.group, facts.ids
+    tail = ordered[start:]
+    flat = members_of(tail, group, gmap)
+    acc.decisions.update(zip(map(ids.__getitem__, flat), map(over.__getitem__, flat), strict=True))
+    room = limit - acc.used
+    taken: list[int] = []  # the members included
+    for k in itertools.compress(tail, map(room.__ge__, map(tokens.__getitem__, tail))):
+        remaining = limit - acc.used
+        if remaining <= 0:
+            break
+        g = group[k]
+        if g:
+            members = gmap[g]
+            if sum(map(tokens.__getitem__, members)) <= remaining:
+                place(k)
+                taken += members
+        elif tokens[k] <= remaining:
+            include(k, tokens[k])
+            taken.append(k)
+    acc.dropped += len(flat) - len(taken)
+    layers = list(map(lv.__getitem__, flat))
+    if taken:
+        kept = list(map(lv.__getitem__, taken))
+        acc.truncated.update(v for v in set(layers) if layers.count(v) > kept.count(v))
+    else:
+        acc.truncated.update(layers)
+
+
+def drop_tail(
+    ordered: list[int],
+    start: int,
+    acc: Accumulator,
+    facts: PoolFacts,
+    *,
+    gmap: dict[str, list[int]],
+    over: list[Decision],
+    dedupe: bool,
+) -> None:
+    """``packing._drop_tail`` over pool positions: a duplicate of packed text is
+    ``duplicate``, every other member ``over_budget``."""
+    ids, lv, contents, group = facts.ids, facts.layer_value, facts.contents, facts.group
+    decisions = acc.decisions
+    tail = ordered[start:]
+    if not dedupe:
+        flat = members_of(tail, group, gmap)
+        decisions.update(zip(map(ids.__getitem__, flat), map(over.__getitem__, flat), strict=True))
+        acc.dropped += len(flat)
+        acc.truncated.update(map(lv.__getitem__, flat))
+        return
+    packed = acc.contents
+    members: list[int] = []  # of the groups in the tail
+    dropped = len(tail)
+    for k in tail:
+        g = group[k]
+        if g:
+            ms = gmap[g]
+            members += ms
+            for m in ms:
+                decisions[ids[m]] = over[m]
+            dropped += len(ms) - 1
+        elif dedupe and contents[k] in packed:
+            acc.drop_id(ids[k], lv[k], over[k].tokens_before, DUPLICATE)
+            acc.strategies.add("dedupe")
+            dropped -= 1
+        else:
+            decisions[ids[k]] = over[k]
+    acc.dropped += dropped
+    acc.truncated.update(map(lv.__getitem__, tail), map(lv.__getitem__, members))

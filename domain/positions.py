@@ -9,15 +9,16 @@ pieces both packers share: what the scope excludes (:func:`scope_out`), the kept
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
-from ctxledger.domain.model import Item
+from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import (
     EXCLUDED_BY_SCOPE,
     OTHER_STAGE,
     Accumulator,
     Candidate,
     Group,
+    OmitFn,
     Unit,
     scope_excluder,
 )
@@ -27,9 +28,20 @@ from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked, ScoredItem
 from ctxledger.domain.tiers import dropped_decision
 
-__all__ = ["Units", "as_ranked", "kept_units_at", "record_drops", "scope_out"]
+__all__ = [
+    "Units",
+    "as_ranked",
+    "chronological_units",
+    "kept_units_at",
+    "members_of",
+    "omit_groups",
+    "record_drops",
+    "scope_out",
+    "superseded_at",
+]
 
 _NEG_INF = float("-inf")
+_L4 = Layer.L4
 
 
 def as_ranked(
@@ -208,3 +220,94 @@ def record_drops(
         )
     else:
         acc.truncated.update(map(lv.__getitem__, flat))
+
+
+def superseded_at(
+    facts: PoolFacts,
+    supersede: frozenset[Source],
+    out: set[int],
+    *,
+    raw: bool,
+    verdicts: list[str | None] | None = None,
+) -> set[int]:
+    """The live ungrouped items of *supersede*'s sources that a newer version (observed_at,
+    then id) replaces, among live ungrouped items and forced ones; *out* are not live, nor
+    (with *raw*) raw history, nor what *verdicts* omit."""
+    group, forced, layer, ts, ids = facts.group, facts.forced, facts.layer, facts.ts, facts.ids
+    gone: set[int] = set()
+    for (source, _), ks in facts.versions.items():
+        if source not in supersede:
+            continue
+        newest: tuple[float, str] | None = None
+        eligible: list[int] = []
+        for k in ks:
+            if group[k]:
+                continue
+            if not forced[k]:
+                if k in out or (raw and layer[k] is _L4) or (verdicts and verdicts[k]):
+                    continue
+                eligible.append(k)
+            version = (ts[k], ids[k])
+            if newest is None or version > newest:
+                newest = version
+        gone.update(k for k in eligible if (ts[k], ids[k]) != newest)
+    return gone
+
+
+def omit_groups(
+    dropped: list[int],
+    why: list[str],
+    gmap: dict[str, list[int]],
+    *,
+    group: list[str],
+    cand: Callable[[int], Candidate],
+    omit: OmitFn,
+    out: set[int],
+) -> tuple[list[int], list[str]]:
+    """The drops, with the groups whose omission test waited for their members (no reason
+    yet) tested now — in ranked member order, the first member's reason dropping the whole
+    group (its first member then joins *out*) — or left out when none omits."""
+    keep_k: list[int] = []
+    keep_why: list[str] = []
+    for k, reason in zip(dropped, why, strict=True):
+        if not reason:
+            found = next(filter(None, (omit(cand(m)) for m in gmap[group[k]])), None)
+            if found is None:
+                continue
+            reason = found
+            out.add(k)
+        keep_k.append(k)
+        keep_why.append(reason)
+    return keep_k, keep_why
+
+
+def chronological_units(live: list[int], facts: PoolFacts, gmap: dict[str, list[int]]) -> list[int]:
+    """Live units by (time, id) of each unit's earliest member."""
+    group = facts.group
+    wanted = set(live)
+    out: list[int] = []
+    for k in facts.chronological():
+        g = group[k]
+        if g:
+            first = gmap[g][0]
+            if first in wanted:
+                wanted.discard(first)
+                out.append(first)
+        elif k in wanted:
+            out.append(k)
+    return out
+
+
+def members_of(units: list[int], group: list[str], gmap: dict[str, list[int]]) -> list[int]:
+    """The members of *units* in order: an ungrouped item's position, a group's members
+    in ranked order (*units* itself when no unit is a group)."""
+    if not any(map(group.__getitem__, units)):
+        return units
+    flat: list[int] = []
+    for k in units:
+        g = group[k]
+        if g:
+            flat += gmap[g]
+        else:
+            flat.append(k)
+    return flat

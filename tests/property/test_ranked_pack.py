@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxledger.domain import ranked_pack
+from ctxledger.domain import filling, ranked_pack
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import (
     EXCLUDED_BY_SCOPE,
@@ -172,13 +172,13 @@ def _both(request: BuildRequest, ranked: Ranked) -> PackResult:
 def test_a_small_room_is_filled_with_what_still_fits_in_ranked_order() -> None:
     """Past a room too small to compress into, later units that fit are still taken (an
     empty text too, until the room is gone), a group only whole, and every other member is
-    dropped ``over_budget`` in order (``ranked_pack._fill_small_room``)."""
+    dropped ``over_budget`` in order (``filling.fill_small_room``)."""
     sizes: dict[str, tuple[int | str, int]] = {
         "big": (390, 1), "wide": (200, 2), "g-a": (4, 2), "g-b": (3, 2), "small": (8, 1),
         "tiny": (2, 0), "mid": (30, 2), "last": (1, 0), "none": (0, 1),
     }  # fmt: skip
     request, ranked = _tool_logs(sizes, 400)
-    with patch.object(ranked_pack, "_fill_small_room", wraps=ranked_pack._fill_small_room) as spy:
+    with patch.object(ranked_pack, "fill_small_room", wraps=filling.fill_small_room) as spy:
         fast = _both(request, ranked)
     assert spy.call_count == 1  # room 10 after "big": below the 16 compression needs
     assert list(fast.decisions) == list(sizes)
