@@ -22,7 +22,7 @@ from ctxledger.domain.packing import (
     Unit,
     scope_excluder,
 )
-from ctxledger.domain.pool_facts import PoolFacts, pool_facts
+from ctxledger.domain.pool_facts import PoolFacts, derived_facts
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked, ScoredItem
@@ -88,7 +88,7 @@ def _ranked_list(candidates: Iterable[ScoredItem]) -> Ranked:
         score = sc.score
         scores.append(_NEG_INF if math.isnan(score) else score)
     order = sorted(range(len(items)), key=lambda k: (-scores[k], items[k].id))
-    return Ranked(pool_facts(items), order, scores)
+    return Ranked(derived_facts(items), order, scores)
 
 
 def scope_out(
