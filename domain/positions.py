@@ -11,8 +11,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 
+import msgspec
+
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import (
+    DUPLICATE,
     EXCLUDED_BY_SCOPE,
     OTHER_STAGE,
     Accumulator,
@@ -37,7 +40,9 @@ __all__ = [
     "omit_groups",
     "record_drops",
     "scope_out",
+    "stand_ins",
     "superseded_at",
+    "verified_twins",
 ]
 
 _NEG_INF = float("-inf")
@@ -46,13 +51,14 @@ _L4 = Layer.L4
 
 def as_ranked(
     request: BuildRequest, candidates: Sequence[ScoredItem], counter: TokenCounter, acc: Accumulator
-) -> Ranked:
-    """*candidates* as a pool the packers over positions cover: the :class:`Ranked` that
-    ``retrieve`` returns as it is; a list of scored items (or a pool with a repeated id or a
-    score that is not a number) de-duplicated by id, first wins, and ranked by (-score, id),
-    a NaN score ranking last. Steering notes scoped to another stage than the request's are
-    dropped ``other_stage`` into *acc* first, in ranked order — pinned or not: a note for
-    one stage never reaches another stage's build."""
+) -> tuple[Ranked, BuildRequest]:
+    """*candidates* as a pool the packers over positions cover, and the request to pack it
+    with: the :class:`Ranked` that ``retrieve`` returns as it is; a list of scored items (or
+    a pool with a repeated id or a score that is not a number) de-duplicated by id, first
+    wins, and ranked by (-score, id), a NaN score ranking last. Into *acc* first, in ranked
+    order: steering notes scoped to another stage than the request's, dropped
+    ``other_stage`` — pinned or not, a note for one stage never reaches another stage's
+    build — then the hypotheses a verified finding states word for word (:func:`stand_ins`)."""
     if type(candidates) is Ranked:
         ranked = candidates
         if not ranked.facts.unique or math.isnan(sum(ranked.scores)):
@@ -62,16 +68,82 @@ def as_ranked(
     facts = ranked.facts
     stage = request.stage_id
     other = {k for k, s in facts.staged if s != stage}
-    if not other:
-        return ranked
+    if other:
+        tok = facts.tokens(counter)
+        rest: list[ScoredItem] = []
+        for k in ranked.order:
+            if k in other:
+                acc.drop_id(facts.ids[k], facts.layer_value[k], tok[k], OTHER_STAGE)
+            else:
+                rest.append(ScoredItem(facts.items[k], ranked.scores[k]))
+        ranked = _ranked_list(rest)
+    return stand_ins(request, ranked, counter, acc)
+
+
+_VERIFIED = frozenset({Source.VERIFIED_FACT, Source.WORKER_FINDING})
+_HYPOTHESES = frozenset({Source.WORKER_FINDING, Source.UNVERIFIED_HYPOTHESIS})
+_TWINS = ("verified_twins",)
+
+
+def verified_twins(facts: PoolFacts) -> dict[int, int]:
+    """Per pool version: each ungrouped, unforced, unverified finding or hypothesis whose
+    exact text an ungrouped verified finding also has, mapped to that finding (the one with
+    the smallest id when several have it)."""
+    got = facts.derived.get(_TWINS)
+    if got is None:
+        verified: dict[str, int] = {}
+        items, ids = facts.items, facts.ids
+        for k, it in enumerate(items):
+            if it.verified and not it.group and it.source in _VERIFIED:
+                v = verified.get(it.content)
+                if v is None or ids[k] < ids[v]:
+                    verified[it.content] = k
+        got = facts.derived[_TWINS] = {
+            k: verified[it.content]
+            for k, it in enumerate(items)
+            if not it.verified
+            and it.source in _HYPOTHESES
+            and not it.group
+            and not facts.forced[k]
+            and it.content in verified
+        }
+    assert isinstance(got, dict)
+    return got
+
+
+def stand_ins(
+    request: BuildRequest, ranked: Ranked, counter: TokenCounter, acc: Accumulator
+) -> tuple[Ranked, BuildRequest]:
+    """A verified finding stands in for the hypotheses with its exact text: each is dropped
+    ``duplicate`` into *acc* (in ranked order) unless the request's scope excludes its
+    finding, the finding takes the best score among them (so it ranks where the best of
+    them did) and a kept hypothesis's id names the finding — the prompt never shows the
+    unverified version of what was verified. Returns the pool ranked again, and the request."""
+    facts = ranked.facts
+    twins = verified_twins(facts)
+    if not twins:
+        return ranked, request
+    items, ids, scores = facts.items, facts.ids, ranked.scores
+    excluded = scope_excluder(request.scope)
+    if excluded is not None:
+        twins = {h: v for h, v in twins.items() if not excluded(items[v])}
+        if not twins:
+            return ranked, request
     tok = facts.tokens(counter)
-    rest: list[ScoredItem] = []
+    best: dict[int, float] = {}
     for k in ranked.order:
-        if k in other:
-            acc.drop_id(facts.ids[k], facts.layer_value[k], tok[k], OTHER_STAGE)
-        else:
-            rest.append(ScoredItem(facts.items[k], ranked.scores[k]))
-    return _ranked_list(rest)
+        v = twins.get(k)
+        if v is not None:
+            acc.drop_id(ids[k], facts.layer_value[k], tok[k], DUPLICATE)
+            best[v] = max(best.get(v, scores[v]), scores[k])
+    acc.strategies.add("dedupe:verified")
+    rest = [ScoredItem(items[k], best.get(k, scores[k])) for k in ranked.order if k not in twins]
+    index = facts.index
+    keep = tuple(
+        ids[twins[at]] if (at := index.get(iid)) is not None and at in twins else iid
+        for iid in request.keep_ids
+    )
+    return _ranked_list(rest), msgspec.structs.replace(request, keep_ids=keep)
 
 
 def _ranked_list(candidates: Iterable[ScoredItem]) -> Ranked:

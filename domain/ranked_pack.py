@@ -89,7 +89,7 @@ def pack(
     observability only), dropped ``raw_history``. Pure and deterministic."""
     limit = effective_budget(request, budget)
     acc = Accumulator(counter, strategy_name)
-    ranked = as_ranked(request, candidates, counter, acc)
+    ranked, request = as_ranked(request, candidates, counter, acc)
     return pack_ranked(
         request, ranked, counter, acc=acc, limit=limit, omit=omit, omit_key=omit_key,
         chronological=chronological, supersede=supersede, dedupe=dedupe, compress=compress,

@@ -60,7 +60,7 @@ class LayeredStrategy:
     ) -> PackResult:
         limit = effective_budget(request)
         acc = Accumulator(counter, self.name)
-        ranked = as_ranked(request, candidates, counter, acc)
+        ranked, request = as_ranked(request, candidates, counter, acc)
         return select_ranked(
             request, ranked, counter, name=self.name, keep_last=self._keep_last,
             always_kept=ALWAYS_KEPT_SOURCES, evictable=EVICTABLE, acc=acc, limit=limit,

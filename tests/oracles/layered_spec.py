@@ -42,7 +42,7 @@ from ctxledger.domain.strategies.layered import (
     CONVERSATION_KEEP_LAST,
     EVICTABLE,
 )
-from tests.oracles.packing_spec import kept_units
+from tests.oracles.packing_spec import kept_units, verified_stand_in
 
 __all__ = ["select"]
 
@@ -89,6 +89,7 @@ def select(
     limit = effective_budget(request)
     acc = Accumulator(counter, "layered")
     cands = drop_other_stage(prepare(candidates, counter), request.stage_id, acc)
+    cands, request = verified_stand_in(request, cands, acc)
     kept, units = kept_units(make_units(cands, forced=_forced), request.keep_ids)
     excluded = scope_excluder(request.scope)
     clip_limit = request.scope.clip_above_tokens

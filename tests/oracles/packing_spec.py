@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from itertools import pairwise
 
+import msgspec
+
 from ctxledger.domain.filling import (
     Filler,
     include_kept,
@@ -40,9 +42,48 @@ from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import ScoredItem
 from ctxledger.domain.tiers import dropped_decision
 
-__all__ = ["kept_units", "pack", "supersede_latest"]
+__all__ = ["kept_units", "pack", "supersede_latest", "verified_stand_in"]
 
 _L4 = Layer.L4
+
+
+_VERIFIED = (Source.VERIFIED_FACT, Source.WORKER_FINDING)
+_HYPOTHESES = (Source.WORKER_FINDING, Source.UNVERIFIED_HYPOTHESIS)
+
+
+def verified_stand_in(
+    request: BuildRequest, cands: list[Candidate], acc: Accumulator
+) -> tuple[list[Candidate], BuildRequest]:
+    """A verified finding stands in for the hypotheses with its exact text: of the
+    ungrouped verified findings with a text, the one with the smallest id; each ungrouped,
+    unforced, unverified finding or hypothesis with that text is dropped ``duplicate`` (in
+    candidate order) unless the scope excludes the finding, which takes the best score among
+    them; kept ids of the dropped name the finding; the rest is ranked again."""
+    finding: dict[str, Candidate] = {}
+    for c in cands:
+        it = c.item
+        if it.verified and not it.group and it.source in _VERIFIED:
+            known = finding.get(it.content)
+            if known is None or it.id < known.item.id:
+                finding[it.content] = c
+    excluded = scope_excluder(request.scope)
+    named: dict[str, str] = {}
+    for c in cands:
+        it = c.item
+        if it.verified or it.group or c.forced or it.source not in _HYPOTHESES:
+            continue
+        f = finding.get(it.content)
+        if f is None or (excluded is not None and excluded(f.item)):
+            continue
+        acc.drop(c, DUPLICATE)
+        named[it.id] = f.item.id
+        f.score = max(f.score, c.score)
+    if not named:
+        return cands, request
+    acc.strategies.add("dedupe:verified")
+    rest = sorted((c for c in cands if c.item.id not in named), key=lambda c: (-c.score, c.item.id))
+    keep = tuple(named.get(iid, iid) for iid in request.keep_ids)
+    return rest, msgspec.structs.replace(request, keep_ids=keep)
 
 
 def _presorted(cands: Sequence[Candidate]) -> bool:
@@ -158,11 +199,10 @@ def pack(
     """
     limit = effective_budget(request, budget)
     acc = Accumulator(counter, strategy_name)
-    cands = prepare(candidates, counter)
+    cands = drop_other_stage(prepare(candidates, counter), request.stage_id, acc)
+    cands, request = verified_stand_in(request, cands, acc)
     presorted = _presorted(cands)
-    kept, units = kept_units(
-        make_units(drop_other_stage(cands, request.stage_id, acc)), request.keep_ids
-    )
+    kept, units = kept_units(make_units(cands), request.keep_ids)
     excluded = scope_excluder(request.scope)
     clip_limit = request.scope.clip_above_tokens
 
