@@ -20,7 +20,7 @@ from ctxledger.domain.model import Decision, Item, Layer, Source
 from ctxledger.domain.ports import TokenCounter
 from ctxledger.domain.tiers import OVER_BUDGET, RAW_HISTORY, dropped_decision, tier_ts
 
-__all__ = ["Omissions", "Parts", "PoolFacts", "pool_facts"]
+__all__ = ["Omissions", "Parts", "PoolFacts", "derived_facts", "pool_facts"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -310,6 +310,20 @@ def pool_facts(items: Sequence[Item]) -> PoolFacts:
         base = _extends(key)
         made = PoolFacts(items) if base is None else base.extended(list(items))
         facts = remember(_facts, key, made, _MAX_VERSIONS)
+    return facts
+
+
+_derived: dict[tuple[int, ...], PoolFacts] = memo_table()
+
+
+def derived_facts(items: Sequence[Item]) -> PoolFacts:
+    """The facts of a pool derived from a pool version for one build (ids de-duplicated,
+    steering notes of other stages left out), memoised apart from the pool versions: a
+    derived pool never extends one nor is extended."""
+    key = tuple(map(id, items))
+    facts = _derived.get(key)
+    if facts is None:
+        facts = remember(_derived, key, PoolFacts(items), _MAX_VERSIONS)
     return facts
 
 

@@ -1,37 +1,43 @@
-"""``layered`` over positions: :meth:`LayeredStrategy.select` for a :class:`Ranked` pool.
+"""``layered`` over positions: :meth:`LayeredStrategy.select`'s one implementation.
 
-``LayeredStrategy.select`` over a list of scored items is the specification: it makes a
-``Candidate`` per item, groups them into units, and sorts the units by age for each eviction
-class and again for the last resort. At 10k items a build evicts thousands of units; most of
-its time went to those objects and sorts. This module takes the same steps in the same
-order — the same decisions in the same order and the same items, byte for byte
-(``tests/property/test_layered_ranked.py``) — on positions into the pool's arrays. What
-does not depend on the request is kept per pool version (:class:`LayeredFacts`): which items
-the strategy forces, the units in age order overall and per eviction class, the tool logs
-and conversation turns in age order, the artifacts with several versions. A unit is an
-ungrouped item's position or, for a group, its earliest member's position.
-
-It declines (returns ``None``: the specification runs) what it does not cover: duplicate
-item ids, a scope that excludes or clips, steering notes of another stage."""
+The specification (``tests/oracles/layered_spec.py``) makes a ``Candidate`` per item, groups
+them into units, and sorts the units by age for each eviction class and again for the last
+resort. At 10k items a build evicts thousands of units; most of its time went to those
+objects and sorts. This module takes the same steps in the same order — the same decisions
+in the same order and the same items, byte for byte (``tests/property/test_layered_ranked.py``)
+— on positions into the pool's arrays. What does not depend on the request is kept per pool
+version (:class:`LayeredFacts`): which items the strategy forces, the units in age order
+overall and per eviction class, the tool logs and conversation turns in age order, the
+artifacts with several versions. A unit is an ungrouped item's position or, for a group, its
+earliest member's position. Any input is made a ranked pool first
+(``positions.as_ranked``: repeated ids, steering notes of other stages); the scope's
+exclusions and clipping are applied here."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
+from ctxledger.domain.clipping import CLIP_METHOD, CLIP_REASON, clip_text
+from ctxledger.domain.filling import (
+    block_tokens,
+    include_kept,
+)
 from ctxledger.domain.model import Layer, Source
 from ctxledger.domain.packing import (
     DUPLICATE,
+    EXCLUDED_BY_SCOPE,
     OUTSIDE_WINDOW,
     OVER_BUDGET,
     SUPERSEDED,
     Accumulator,
     PackResult,
-    effective_budget,
-    include_kept,
+    Unit,
 )
 from ctxledger.domain.pool_facts import PoolFacts
 from ctxledger.domain.ports import TokenCounter
-from ctxledger.domain.ranked_pack import Units, covers, kept_units_at, record_drops
+from ctxledger.domain.positions import Units, kept_units_at, record_drops, scope_out
 from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked
 
@@ -143,44 +149,95 @@ def select_ranked(
     keep_last: int,
     always_kept: frozenset[Source],
     evictable: tuple[Layer, ...],
-) -> PackResult | None:
-    """``LayeredStrategy.select`` over *ranked*, or ``None`` when it declines (the
-    strategy's window, always-kept sources and eviction order are its arguments)."""
+    acc: Accumulator,
+    limit: int,
+) -> PackResult:
+    """``LayeredStrategy.select`` over *ranked* (a pool ``as_ranked`` made) into *acc*,
+    within *limit* (the strategy's window, always-kept sources and eviction order are its
+    arguments): units sorted in one pass, the scope's exclusions and the per-source drops,
+    forced and kept units, eviction while over budget, then what is left."""
     facts = ranked.facts
-    if not covers(request, facts):
-        return None
     lf = layered_facts(facts, always_kept, evictable)
-    limit = effective_budget(request)
-    acc = Accumulator(counter, name)
-    items, ids, ts, group, lv = facts.items, facts.ids, facts.ts, facts.group, facts.layer_value
+    ids, ts, group, lv = facts.ids, facts.ts, facts.group, facts.layer_value
     forced, group_forced, first = lf.forced, lf.group_forced, lf.first
     tok = facts.tokens(counter)
     gmap: dict[str, list[int]] = {}  # group -> its members, in ranked order
-
     unit = Units(
         facts, ranked.scores, tok, forced=forced, group_forced=group_forced, gmap=gmap
     ).unit
 
-    def key(u: int) -> tuple[object, ...]:  # ``layered._layer_key``
+    def key(u: int) -> tuple[object, ...]:  # the specification's ``_layer_key``
         g = group[u]
         return (lf.group_layer[g] if g else lv[u], ts[u], ids[u], u)
 
     # Kept units (``kept_units``): a kept group is its earliest member here.
     refs, kept_k, kept_g = kept_units_at(facts, request.keep_ids, forced, group_forced)
     kept = [first[r] if isinstance(r, str) else r for r in refs]
+    scoped, scoped_g = scope_out(request, facts, forced, group_forced)
+    forced_units, live, excluded, artifacts = _sort_units(
+        ranked, lf, gmap, kept_k=kept_k, kept_g=kept_g, scoped=scoped, scoped_g=scoped_g
+    )
+    drops = _Drops(acc, facts, counter, gmap)
+    drops.record(excluded, EXCLUDED_BY_SCOPE)
+    gone = _per_source(drops, lf, artifacts, out=kept_k | scoped, keep_last=keep_last)
 
-    # One pass over the ranked order: units in order of first appearance (``make_units``),
-    # each forced, kept or live; the live artifacts with versions by source_id.
+    for u in forced_units:
+        acc.include_unit(unit(u), key(u))
+    clip_limit = request.scope.clip_above_tokens
+    for ref, u in zip(refs, kept, strict=True):
+        if ref in scoped_g if isinstance(ref, str) else ref in scoped:
+            acc.drop_unit(unit(u), EXCLUDED_BY_SCOPE)
+        else:
+            include_kept(
+                unit(u), key(u), limit=limit, acc=acc, counter=counter, clip_limit=clip_limit
+            )
+
+    sizes = lf.sizes(facts, counter)
+    dead = gone.union(forced_units, kept, excluded)  # units that are not live
+    clips: dict[int, tuple[str, int]] = {}  # scope-clipped members: text, tokens
+    if clip_limit:
+        sizes, clips = _clipped(
+            facts, counter, clip_limit, live=[u for u in live if u not in dead], gmap=gmap,
+            sizes=sizes,
+        )  # fmt: skip
+    total = acc.used + sum(map(sizes.__getitem__, live)) - sum(map(sizes.__getitem__, gone))
+    if total > limit:
+        _evict(drops, lf, evictable, sizes=sizes, dead=dead, total=total, limit=limit)
+    _include_live(acc, facts, live, dead=dead, gmap=gmap, unit=unit, key=key, clips=clips)
+    return acc.result(limit)
+
+
+def _sort_units(
+    ranked: Ranked,
+    lf: LayeredFacts,
+    gmap: dict[str, list[int]],
+    *,
+    kept_k: set[int],
+    kept_g: set[str],
+    scoped: set[int],
+    scoped_g: set[str],
+) -> tuple[list[int], list[int], list[int], dict[str, list[int]]]:
+    """One pass over the ranked order: units in order of first appearance (a group is its
+    earliest member), each forced, kept, excluded by the scope or live — ``(forced, live,
+    excluded, artifacts)``, the last the live artifacts with versions by source_id. Fills
+    *gmap* with each group's members in ranked order."""
+    facts = ranked.facts
+    items, group = facts.items, facts.group
+    forced, group_forced, first, artifact = lf.forced, lf.group_forced, lf.first, lf.artifact
     forced_units: list[int] = []
     live: list[int] = []
+    excluded: list[int] = []  # in unit order
     artifacts: dict[str, list[int]] = {}
-    artifact = lf.artifact
     for k in ranked.order:
         g = group[k]
         if not g:
             if forced[k]:
                 forced_units.append(k)
-            elif k not in kept_k:
+            elif k in kept_k:
+                pass
+            elif scoped and k in scoped:
+                excluded.append(k)
+            else:
                 live.append(k)
                 if artifact[k]:
                     artifacts.setdefault(items[k].source_id, []).append(k)
@@ -194,11 +251,44 @@ def select_ranked(
             continue
         if group_forced[g]:
             forced_units.append(first[g])
+        elif g in scoped_g:
+            excluded.append(first[g])
         else:
             live.append(first[g])
+    return forced_units, live, excluded, artifacts
 
-    # Per source (``LayeredStrategy._per_source``): the latest artifact per source_id, tool
-    # logs de-duplicated oldest first, the last conversation turns.
+
+class _Drops:
+    """Drops of units by position, recorded through the pool's shared decisions."""
+
+    __slots__ = ("acc", "counter", "facts", "gmap")
+
+    def __init__(
+        self, acc: Accumulator, facts: PoolFacts, counter: TokenCounter, gmap: dict[str, list[int]]
+    ) -> None:
+        self.acc, self.facts, self.counter, self.gmap = acc, facts, counter, gmap
+
+    def record(self, units: list[int], reason: str) -> None:
+        if units:
+            record_drops(
+                self.acc, self.facts, self.counter, self.gmap, dropped=units,
+                why=[reason] * len(units),
+            )  # fmt: skip
+
+
+def _per_source(
+    drops: _Drops,
+    lf: LayeredFacts,
+    artifacts: dict[str, list[int]],
+    *,
+    out: set[int],
+    keep_last: int,
+) -> set[int]:
+    """Per source: the latest artifact per source_id, tool logs de-duplicated oldest first,
+    the last *keep_last* conversation turns (*out*: ungrouped items neither live nor forced).
+    Returns the units dropped."""
+    acc, facts = drops.acc, drops.facts
+    ts, ids, contents = facts.ts, facts.ids, facts.contents
     gone: set[int] = set()
     superseded: list[int] = []
     for versions in artifacts.values():
@@ -206,15 +296,11 @@ def select_ranked(
             newest = max(versions, key=lambda k: (ts[k], ids[k]))
             superseded += (k for k in versions if k != newest)
             acc.strategies.add("artifact:latest_per_source")
-    if superseded:
-        record_drops(
-            acc, facts, counter, gmap, dropped=superseded, why=[SUPERSEDED] * len(superseded)
-        )
-        gone.update(superseded)
-    logs = [k for k in lf.logs if k not in kept_k] if kept_k else lf.logs
+    drops.record(superseded, SUPERSEDED)
+    gone.update(superseded)
+    logs = [k for k in lf.logs if k not in out] if out else lf.logs
     seen: set[str] = set()
     duplicates: list[int] = []
-    contents = facts.contents
     for k in logs:
         text = contents[k]
         if text in seen:
@@ -222,65 +308,85 @@ def select_ranked(
         else:
             seen.add(text)
     if duplicates:
-        record_drops(
-            acc, facts, counter, gmap, dropped=duplicates, why=[DUPLICATE] * len(duplicates)
-        )
+        drops.record(duplicates, DUPLICATE)
         acc.strategies.add("tool_log:dedupe")
         gone.update(duplicates)
-    talk = [k for k in lf.talk if k not in kept_k] if kept_k else lf.talk
+    talk = [k for k in lf.talk if k not in out] if out else lf.talk
     if len(talk) > keep_last:
         old = talk[: len(talk) - keep_last]
-        record_drops(acc, facts, counter, gmap, dropped=old, why=[OUTSIDE_WINDOW] * len(old))
+        drops.record(old, OUTSIDE_WINDOW)
         gone.update(old)
         acc.strategies.add(f"conversation:keep_last_{keep_last}")
+    return gone
 
-    for u in forced_units:
-        acc.include_unit(unit(u), key(u))
-    for u in kept:
-        include_kept(unit(u), key(u), limit=limit, acc=acc, counter=counter)
 
-    # Eviction while over budget: per class oldest first, then anything left oldest first.
-    sizes = lf.sizes(facts, counter)
-    dead = gone.union(forced_units, kept)  # units that are not live
-    total = acc.used + sum(map(sizes.__getitem__, live)) - sum(map(sizes.__getitem__, gone))
+def _evict(
+    drops: _Drops,
+    lf: LayeredFacts,
+    evictable: tuple[Layer, ...],
+    *,
+    sizes: list[int],
+    dead: set[int],
+    total: int,
+    limit: int,
+) -> None:
+    """Eviction while over budget: per class oldest first, then anything left oldest
+    first (the budget is a hard limit). The evicted join *dead*."""
+    acc = drops.acc
     evicted: list[int] = []
-    if total > limit:
-        classes = [layer for layer in evictable for _ in (True, False)]
-        for layer, units in zip(classes, lf.evictable, strict=True):
+    classes = [layer for layer in evictable for _ in (True, False)]
+    for layer, units in zip(classes, lf.evictable, strict=True):
+        if total <= limit:
+            break
+        before = len(evicted)
+        for u in units:
             if total <= limit:
                 break
-            before = len(evicted)
-            for u in units:
-                if total <= limit:
-                    break
-                if u not in dead:
-                    total -= sizes[u]
-                    evicted.append(u)
-            if len(evicted) > before:
-                acc.strategies.add(f"evict:{layer.name}")
-        if total > limit:
-            out = dead.union(evicted)
-            before = len(evicted)
-            for u in lf.by_age:
-                if total <= limit:
-                    break
-                if u not in out:
-                    total -= sizes[u]
-                    evicted.append(u)
-            if len(evicted) > before:
-                acc.strategies.add("evict:over_budget")
-        record_drops(acc, facts, counter, gmap, dropped=evicted, why=[OVER_BUDGET] * len(evicted))
-        dead.update(evicted)
+            if u not in dead:
+                total -= sizes[u]
+                evicted.append(u)
+        if len(evicted) > before:
+            acc.strategies.add(f"evict:{layer.name}")
+    if total > limit:
+        out = dead.union(evicted)
+        before = len(evicted)
+        for u in lf.by_age:
+            if total <= limit:
+                break
+            if u not in out:
+                total -= sizes[u]
+                evicted.append(u)
+        if len(evicted) > before:
+            acc.strategies.add("evict:over_budget")
+    drops.record(evicted, OVER_BUDGET)
+    dead.update(evicted)
 
-    # What is left, in ranked unit order.
-    chosen = acc.selected
-    decisions = acc.decisions
-    included = facts.included
+
+def _include_live(
+    acc: Accumulator,
+    facts: PoolFacts,
+    live: list[int],
+    *,
+    dead: set[int],
+    gmap: dict[str, list[int]],
+    unit: Callable[[int], Unit],
+    key: Callable[[int], tuple[object, ...]],
+    clips: dict[int, tuple[str, int]],
+) -> None:
+    """What is left, in ranked unit order: included whole, or as scope-clipped versions."""
+    items, ids, ts, group, lv = facts.items, facts.ids, facts.ts, facts.group, facts.layer_value
+    tok = facts.tokens(acc.counter)
+    chosen, decisions, included = acc.selected, acc.decisions, facts.included
     used = acc.used
     for u in live:
         if u in dead:
             continue
         g = group[u]
+        if clips and any(m in clips for m in (gmap[g] if g else (u,))):
+            acc.used = used
+            _include_clipped(acc, unit(u), key(u), clips)
+            used = acc.used
+            continue
         if g:
             acc.used = used
             acc.include_unit(unit(u), key(u))
@@ -294,4 +400,51 @@ def select_ranked(
         used += t
         decisions[ids[u]] = included(u, t)
     acc.used = used
-    return acc.result(limit)
+
+
+def _clipped(
+    facts: PoolFacts,
+    counter: TokenCounter,
+    clip_limit: int,
+    *,
+    live: list[int],
+    gmap: dict[str, list[int]],
+    sizes: list[int],
+) -> tuple[list[int], dict[int, tuple[str, int]]]:
+    """Scope clipping of the *live* units (pinned, mandatory and always-kept content is
+    never clipped): each member over *clip_limit* tokens clipped to it, counted as rendered
+    (as a whole item is), and the units' sizes with the clipped versions."""
+    tok, items, group = facts.tokens(counter), facts.items, facts.group
+    versions: dict[int, tuple[str, int]] = {}
+    resized = sizes
+    for u in live:
+        g = group[u]
+        members = gmap[g] if g else (u,)
+        changed = False
+        for m in members:
+            if tok[m] > clip_limit:
+                clipped = clip_text(items[m].content, tok[m], clip_limit, counter)
+                if clipped is not None:
+                    text = clipped[0]
+                    versions[m] = (text, block_tokens(items[m], text, counter))
+                    changed = True
+        if changed:
+            if resized is sizes:
+                resized = list(sizes)
+            resized[u] = sum(versions[m][1] if m in versions else tok[m] for m in members)
+    return resized, versions
+
+
+def _include_clipped(
+    acc: Accumulator, u: Unit, key: tuple[object, ...], versions: dict[int, tuple[str, int]]
+) -> None:
+    """Include unit *u*, its scope-clipped members as their clipped versions."""
+    for m in u.members:
+        v = versions.get(m.index)
+        if v is None:
+            acc.include(m, key)
+        else:
+            acc.include(
+                m, key, content=v[0], tokens=v[1], action="clipped",
+                method=CLIP_METHOD, reason=CLIP_REASON,
+            )  # fmt: skip

@@ -1,11 +1,12 @@
 """``layered`` over positions (``layered_ranked``) decides exactly what the specification does.
 
-``LayeredStrategy.select`` given a list of scored items is the specification; given the
-:class:`Ranked` that ``retrieve`` returns it runs ``layered_ranked.select_ranked`` on the
-pool's arrays and the facts it keeps per pool version. Both must record the same decisions
-in the same order and select the same items, byte for byte — for every request, with
-evictions per layer and class, the last-resort eviction, superseded artifacts, duplicate
-tool logs, the conversation window, kept and forced units.
+``tests/oracles/layered_spec.select`` over candidate objects is the specification;
+``LayeredStrategy.select`` works on the pool's arrays and the facts it keeps per pool
+version, given the :class:`Ranked` that ``retrieve`` returns or a list of scored items. Both
+must record the same decisions in the same order and select the same items, byte for byte —
+for every request (scopes that exclude and clip, steering notes of other stages, repeated
+ids), with evictions per layer and class, the last-resort eviction, superseded artifacts,
+duplicate tool logs, the conversation window, kept and forced units.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import PackResult
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import retrieve
-from ctxledger.domain.strategies.layered import ALWAYS_KEPT_SOURCES, EVICTABLE, LayeredStrategy
-from ctxledger.domain.strategies.layered_ranked import select_ranked
+from ctxledger.domain.strategies.layered import LayeredStrategy
 from ctxledger.domain.tokens import EstimatingCounter
+from tests.oracles import layered_spec
 from tests.property.strategies_items import NOW, build_requests, staged_pools
 
 COUNTER = EstimatingCounter()
@@ -49,18 +50,6 @@ def cases(draw: st.DrawFn) -> tuple[list[Item], BuildRequest, int]:
     return pool, request, draw(st.integers(0, 6))
 
 
-def _covered(pool: list[Item], request: BuildRequest) -> bool:
-    """Whether the positional path covers the case (it declines the others)."""
-    ids = [it.id for it in pool]
-    other_stage = any(
-        it.source is Source.STEERING_NOTE and it.stage not in ("", request.stage_id) for it in pool
-    )
-    scope = request.scope
-    narrows = bool(scope.layers or scope.sources or scope.exclude_project_memory)
-    narrows = narrows or scope.dependency_task_ids is not None or scope.clip_above_tokens > 0
-    return len(set(ids)) == len(ids) and not other_stage and not narrows
-
-
 @given(cases())
 def test_layered_decides_the_same_over_positions(
     case: tuple[list[Item], BuildRequest, int],
@@ -68,22 +57,15 @@ def test_layered_decides_the_same_over_positions(
     pool, request, keep_last = case
     strategy = LayeredStrategy(conversation_keep_last=keep_last)
     ranked = retrieve(request, pool)
-    general = strategy.select(request, list(ranked), COUNTER)
-    fast = select_ranked(
-        request, ranked, COUNTER, name="layered", keep_last=keep_last,
-        always_kept=ALWAYS_KEPT_SOURCES, evictable=EVICTABLE,
-    )  # fmt: skip
-    if not _covered(pool, request):
-        assert fast is None  # declined: the specification decides
-        assert _encoded(strategy.select(request, ranked, COUNTER)) == _encoded(general)
-        return
-    assert fast is not None
-    assert _encoded(fast) == _encoded(general)
-    assert list(fast.decisions) == list(general.decisions)
+    spec = layered_spec.select(request, list(ranked), COUNTER, keep_last=keep_last)
+    for given_as in (ranked, list(ranked)):
+        made = strategy.select(request, given_as, COUNTER)
+        assert _encoded(made) == _encoded(spec)
+        assert list(made.decisions) == list(spec.decisions)
     # Again over the facts kept for this pool version (sizes, age orders, shared decisions).
     again = strategy.select(request, retrieve(request, pool), COUNTER)
-    assert _encoded(again) == _encoded(general)
-    assert list(again.decisions) == list(general.decisions)
+    assert _encoded(again) == _encoded(spec)
+    assert list(again.decisions) == list(spec.decisions)
 
 
 def _item(n: int, layer: Layer, source: Source, **fields: object) -> Item:
@@ -122,17 +104,8 @@ def test_every_eviction_and_per_source_rule_meets_the_specification() -> None:
             agent_id="a", budget=budget, now=NOW, strategy="layered", keep_ids=("i036", "i021")
         )
         ranked = retrieve(request, pool)
-        fast = select_ranked(
-            request,
-            ranked,
-            COUNTER,
-            name="layered",
-            keep_last=3,
-            always_kept=ALWAYS_KEPT_SOURCES,
-            evictable=EVICTABLE,
-        )
-        general = strategy.select(request, list(ranked), COUNTER)
-        assert fast is not None
+        fast = strategy.select(request, ranked, COUNTER)
+        general = layered_spec.select(request, list(ranked), COUNTER, keep_last=3)
         assert _encoded(fast) == _encoded(general)
         assert list(fast.decisions) == list(general.decisions)
         applied.update(general.metadata.strategies_applied)

@@ -15,6 +15,7 @@ from ctxledger.domain import packing
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import DROP_REASONS, PackResult
 from ctxledger.domain.prompt import render_item
+from ctxledger.domain.ranked_pack import pack
 from ctxledger.domain.request import BuildRequest, Scope
 from ctxledger.domain.retrieval import retrieve
 from ctxledger.domain.strategies import STRATEGIES, get_strategy
@@ -22,6 +23,7 @@ from ctxledger.domain.strategies.layered import LayeredStrategy
 from ctxledger.domain.strategies.role_optimized import RAW_CODE_TOKENS
 from ctxledger.domain.strategies.summary import KEPT_LAYERS, KEPT_SOURCES
 from ctxledger.domain.tokens import EstimatingCounter
+from tests.oracles import packing_spec
 from tests.property.strategies_items import build_requests, item_pools
 
 COUNTER = EstimatingCounter()
@@ -362,8 +364,13 @@ def test_the_over_budget_tail_in_one_pass_equals_dropping_unit_by_unit(
     pool, request, name = case
     # small budgets too, so the budget runs out with candidates (and duplicates) still left
     request = msgspec.structs.replace(request, budget=min(request.budget, budget))
-    fast = run(request, pool, name)
+    ranked = retrieve(request, pool)
+    # The general packer (the specification) with its one-pass tail, and dropping unit by unit.
+    fast = packing_spec.pack(request, list(ranked), COUNTER, strategy_name=name)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(packing, "_drop_tail", _tail_unit_by_unit)
-        slow = run(request, pool, name)
+        patch.setattr(packing_spec, "_drop_tail", _tail_unit_by_unit)
+        slow = packing_spec.pack(request, list(ranked), COUNTER, strategy_name=name)
     assert msgspec.json.encode(fast) == msgspec.json.encode(slow)
+    # The product's packer decides the same (its own tail over positions).
+    made = pack(request, ranked, COUNTER, strategy_name=name)
+    assert msgspec.json.encode(made) == msgspec.json.encode(fast)

@@ -1,9 +1,11 @@
 """The packer over positions (``ranked_pack``) decides exactly what the general packer does.
 
-``packing.pack`` given a list of scored items is the general packer (the specification);
-given the :class:`Ranked` that ``retrieve`` returns it runs ``ranked_pack.pack_ranked`` on the
-pool's arrays. Both must record the same decisions in the same order and select the same
-items, byte for byte, for every option a strategy passes and every request.
+``tests/oracles/packing_spec.pack`` over candidate objects is the general packer (the
+specification); the product's ``ranked_pack.pack`` works on the pool's arrays, given the
+:class:`Ranked` that ``retrieve`` returns or a list of scored items. Both must record the
+same decisions in the same order and select the same items, byte for byte, for every option
+a strategy passes and every request (scopes that exclude and clip, steering notes of other
+stages, repeated ids).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ctxledger.domain import ranked_pack
+from ctxledger.domain import filling, ranked_pack
 from ctxledger.domain.model import Item, Layer, Source
 from ctxledger.domain.packing import (
     EXCLUDED_BY_SCOPE,
@@ -23,13 +25,13 @@ from ctxledger.domain.packing import (
     OTHER_PHASE,
     Candidate,
     PackResult,
-    pack,
 )
-from ctxledger.domain.ranked_pack import pack_ranked
-from ctxledger.domain.request import BuildRequest, Scope
+from ctxledger.domain.ranked_pack import pack
+from ctxledger.domain.request import BuildRequest
 from ctxledger.domain.retrieval import Ranked, retrieve
 from ctxledger.domain.strategies import STRATEGIES, get_strategy
 from ctxledger.domain.tokens import EstimatingCounter
+from tests.oracles import packing_spec
 from tests.property.strategies_items import NOW, build_requests, staged_pools
 
 COUNTER = EstimatingCounter()
@@ -57,9 +59,9 @@ def test_every_strategy_decides_the_same_over_ranked_and_listed_candidates(
     ranked = retrieve(request, pool)
     strategy = get_strategy(name)
     fast = strategy.select(request, ranked, COUNTER)
-    general = strategy.select(request, list(ranked), COUNTER)
-    assert _encoded(fast) == _encoded(general)
-    assert list(fast.decisions) == list(general.decisions)
+    listed = strategy.select(request, list(ranked), COUNTER)
+    assert _encoded(fast) == _encoded(listed)
+    assert list(fast.decisions) == list(listed.decisions)
 
 
 def _omit_l3(c: Candidate) -> str | None:
@@ -91,24 +93,15 @@ _OPTIONS = {
 
 
 def _decides_the_same(pool: list[Item], request: BuildRequest, options: dict[str, object]) -> None:
-    request = msgspec.structs.replace(request, scope=Scope())
     ranked = retrieve(request, pool)
     assert type(ranked) is Ranked
-    fast = pack_ranked(request, ranked, COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
-    again = pack_ranked(request, ranked, COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+    fast = pack(request, ranked, COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+    again = pack(request, ranked, COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+    listed = pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
     del options["omit_key"]  # the general packer tests every candidate each time
-    general = pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
-    ids = [it.id for it in pool]
-    other_stage = any(
-        it.source is Source.STEERING_NOTE and it.stage not in ("", request.stage_id) for it in pool
-    )
-    if len(set(ids)) < len(ids) or other_stage:
-        assert fast is None  # declined: the general packer decides
-        return
-    assert fast is not None
-    assert again is not None
-    assert _encoded(fast) == _encoded(general) == _encoded(again)
-    assert list(fast.decisions) == list(general.decisions)
+    general = packing_spec.pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
+    assert _encoded(fast) == _encoded(general) == _encoded(again) == _encoded(listed)
+    assert list(fast.decisions) == list(general.decisions) == list(listed.decisions)
 
 
 @given(cases(), st.fixed_dictionaries(_OPTIONS))
@@ -169,10 +162,9 @@ _PLAIN: dict[str, object] = {
 
 
 def _both(request: BuildRequest, ranked: Ranked) -> PackResult:
-    """``pack_ranked`` with ``_PLAIN`` options, checked against the general packer."""
-    fast = pack_ranked(request, ranked, COUNTER, strategy_name="s", omit_key=None, **_PLAIN)  # type: ignore[arg-type]
-    general = pack(request, list(ranked), COUNTER, strategy_name="s", **_PLAIN)  # type: ignore[arg-type]
-    assert fast is not None
+    """``pack`` with ``_PLAIN`` options, checked against the general packer."""
+    fast = pack(request, ranked, COUNTER, strategy_name="s", omit_key=None, **_PLAIN)  # type: ignore[arg-type]
+    general = packing_spec.pack(request, list(ranked), COUNTER, strategy_name="s", **_PLAIN)  # type: ignore[arg-type]
     assert _encoded(fast) == _encoded(general)
     return fast
 
@@ -180,13 +172,13 @@ def _both(request: BuildRequest, ranked: Ranked) -> PackResult:
 def test_a_small_room_is_filled_with_what_still_fits_in_ranked_order() -> None:
     """Past a room too small to compress into, later units that fit are still taken (an
     empty text too, until the room is gone), a group only whole, and every other member is
-    dropped ``over_budget`` in order (``ranked_pack._fill_small_room``)."""
+    dropped ``over_budget`` in order (``filling.fill_small_room``)."""
     sizes: dict[str, tuple[int | str, int]] = {
         "big": (390, 1), "wide": (200, 2), "g-a": (4, 2), "g-b": (3, 2), "small": (8, 1),
         "tiny": (2, 0), "mid": (30, 2), "last": (1, 0), "none": (0, 1),
     }  # fmt: skip
     request, ranked = _tool_logs(sizes, 400)
-    with patch.object(ranked_pack, "_fill_small_room", wraps=ranked_pack._fill_small_room) as spy:
+    with patch.object(ranked_pack, "fill_small_room", wraps=filling.fill_small_room) as spy:
         fast = _both(request, ranked)
     assert spy.call_count == 1  # room 10 after "big": below the 16 compression needs
     assert list(fast.decisions) == list(sizes)
@@ -241,11 +233,8 @@ def test_a_large_pool_takes_the_ranked_path_and_matches() -> None:
         fast = get_strategy(name).select(req, ranked, COUNTER)
         general = get_strategy(name).select(req, list(ranked), COUNTER)
         assert _encoded(fast) == _encoded(general), name
-    assert pack_ranked(
-        request, ranked, COUNTER, strategy_name="variable", budget=None, omit=None,
-        chronological=False, supersede=frozenset({Source.ARTIFACT}), dedupe=True, compress=True,
-        stop_at_first_miss=False, raw_history=False,
-    ) is not None  # fmt: skip
+    spec = packing_spec.pack(request, list(ranked), COUNTER, strategy_name="variable")
+    assert _encoded(pack(request, ranked, COUNTER, strategy_name="variable")) == _encoded(spec)
 
 
 def test_a_group_is_omitted_with_the_reason_of_its_first_member_in_ranked_order() -> None:
@@ -266,9 +255,8 @@ def test_a_group_is_omitted_with_the_reason_of_its_first_member_in_ranked_order(
             "supersede": frozenset(), "dedupe": True, "compress": True,
             "stop_at_first_miss": False, "raw_history": False,
         }  # fmt: skip
-        fast = pack_ranked(request, ranked, COUNTER, strategy_name="s", omit_key="k", **options)  # type: ignore[arg-type]
-        general = pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
-        assert fast is not None
+        fast = pack(request, ranked, COUNTER, strategy_name="s", omit_key="k", **options)  # type: ignore[arg-type]
+        general = packing_spec.pack(request, list(ranked), COUNTER, strategy_name="s", **options)  # type: ignore[arg-type]
         want = OMITTED_BY_STRATEGY if first == "a" else OTHER_PHASE
         assert {d.reason for d in fast.decisions.values()} == {want}
         assert _encoded(fast) == _encoded(general)
