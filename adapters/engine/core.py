@@ -199,6 +199,7 @@ class EngineCore:
         return self.runner.pool.by_agent.get(agent_id, AgentPool())
 
     @property
+    @serialized
     def recall_enabled(self) -> bool:
         """Whether builds recall project memory: the ledger's recorded switch (the latest
         ``RecallSwitched``), or before any, the engine's ``ProjectMemory.settings``; never

@@ -99,6 +99,16 @@ class AsyncContextEngine:
     async def verify_finding(self, agent_id: str, item_id: str, **kwargs: Any) -> Any:
         return await self._run(self.engine.verify_finding, agent_id, item_id, **kwargs)
 
+    async def promote_finding(self, agent_id: str, item_id: str, **kwargs: Any) -> Item:
+        return await self._run(self.engine.promote_finding, agent_id, item_id, **kwargs)
+
+    async def set_recall(self, enabled: bool, **kwargs: Any) -> bool:
+        return await self._run(self.engine.set_recall, enabled, **kwargs)
+
+    async def recall_enabled(self) -> bool:
+        """``ContextEngine.recall_enabled`` (a property there: it reads the folded log)."""
+        return await self._run(lambda: self.engine.recall_enabled)
+
     async def build(self, agent_id: str, **kwargs: Any) -> BuildResult:
         return await self._run(self.engine.build, agent_id, **kwargs)
 
