@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any, Literal, overload
+from typing import Any, Literal, Protocol, cast, overload
 
 from ctxledger.adapters.engine.core import BuildResult, EngineCore
 from ctxledger.domain.errors import InvalidInputError
@@ -21,14 +21,22 @@ from ctxledger.domain.render import (
     to_openai_responses,
 )
 
-__all__ = ["Render"]
+__all__ = ["Render", "Renderer"]
 
 
-class Render(EngineCore):
-    """``render``: the typed request body of a provider for a ``BuildResult``."""
+class Renderer(Protocol):
+    """``render(result, provider, model, …)``: the provider request body for a built prompt,
+    typed per provider, with the caller's conversation ``messages`` and ``tools`` placed
+    after the static prefix by the provider's cache order (docs/caching.md, "Provider
+    requests"). ``max_tokens`` and ``cache_ttl`` are Anthropic's; ``prompt_cache_key`` is
+    OpenAI's (chat and responses). Anthropic breakpoints are spent only where the prefix
+    reaches the model's minimum cacheable length (counted with the engine's counter); every
+    breakpoint dropped or left out is logged on the ``ctxledger.render`` logger
+    (``render_anthropic`` returns them). The overloads are declared once, here: the engine's
+    ``render`` and ``AsyncContextEngine.render`` are both a ``Renderer``."""
 
     @overload
-    def render(
+    def __call__(
         self,
         result: BuildResult,
         provider: Literal["anthropic"],
@@ -42,7 +50,7 @@ class Render(EngineCore):
     ) -> AnthropicRequest: ...
 
     @overload
-    def render(
+    def __call__(
         self,
         result: BuildResult,
         provider: Literal["openai"],
@@ -56,7 +64,7 @@ class Render(EngineCore):
     ) -> OpenAIChatRequest: ...
 
     @overload
-    def render(
+    def __call__(
         self,
         result: BuildResult,
         provider: Literal["openai-responses"],
@@ -69,7 +77,16 @@ class Render(EngineCore):
         prompt_cache_key: str | None = ...,
     ) -> OpenAIResponsesRequest: ...
 
-    def render(
+
+class Render(EngineCore):
+    """``render``: the typed request body of a provider for a ``BuildResult``."""
+
+    @property
+    def render(self) -> Renderer:
+        """The engine's :class:`Renderer` (pure: it reads only the engine's counter)."""
+        return cast(Renderer, self._render)
+
+    def _render(
         self,
         result: BuildResult,
         provider: Provider,
@@ -81,13 +98,7 @@ class Render(EngineCore):
         cache_ttl: CacheTTL | None = None,
         prompt_cache_key: str | None = None,
     ) -> ProviderRequest:
-        """The provider request body for a built prompt, typed per provider, with the
-        caller's conversation ``messages`` and ``tools`` placed after the static prefix by the
-        provider's cache order (docs/caching.md, "Provider requests"). ``max_tokens`` and
-        ``cache_ttl`` are Anthropic's; ``prompt_cache_key`` is OpenAI's (chat and responses).
-        Anthropic breakpoints are spent only where the prefix reaches the model's minimum
-        cacheable length (counted with the engine's counter); every breakpoint dropped or left
-        out is logged on the ``ctxledger.render`` logger (``render_anthropic`` returns them)."""
+        """``render``'s body (see :class:`Renderer`)."""
         if provider == "anthropic":
             if prompt_cache_key is not None:
                 raise InvalidInputError("prompt_cache_key is OpenAI's; Anthropic has none")

@@ -24,20 +24,13 @@ import contextvars
 import functools
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, TypeVar
 
 from ctxledger.adapters.engine import BuildResult, ContextEngine
+from ctxledger.adapters.engine.render import Renderer
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.model import Item
-from ctxledger.domain.render import (
-    AnthropicRequest,
-    CacheTTL,
-    OpenAIChatRequest,
-    OpenAIResponsesRequest,
-    Provider,
-    ProviderRequest,
-)
 from ctxledger.domain.settings import AgentSettings, InputLimits
 from ctxledger.projections.catalog import ReadModels
 from ctxledger.projections.generations import AgentGenerations
@@ -118,73 +111,10 @@ class AsyncContextEngine:
     async def refresh(self, agent_id: str, **kwargs: Any) -> Any:
         return await self._run(self.engine.refresh, agent_id, **kwargs)
 
-    @overload
-    def render(
-        self,
-        result: BuildResult,
-        provider: Literal["anthropic"],
-        model: str,
-        *,
-        max_tokens: int = ...,
-        messages: Sequence[Any] | None = ...,
-        tools: Sequence[Any] | None = ...,
-        cache_ttl: CacheTTL | None = ...,
-        prompt_cache_key: None = ...,
-    ) -> AnthropicRequest: ...
-
-    @overload
-    def render(
-        self,
-        result: BuildResult,
-        provider: Literal["openai"],
-        model: str,
-        *,
-        max_tokens: int = ...,
-        messages: Sequence[Any] | None = ...,
-        tools: Sequence[Any] | None = ...,
-        cache_ttl: None = ...,
-        prompt_cache_key: str | None = ...,
-    ) -> OpenAIChatRequest: ...
-
-    @overload
-    def render(
-        self,
-        result: BuildResult,
-        provider: Literal["openai-responses"],
-        model: str,
-        *,
-        max_tokens: int = ...,
-        messages: Sequence[Any] | None = ...,
-        tools: Sequence[Any] | None = ...,
-        cache_ttl: None = ...,
-        prompt_cache_key: str | None = ...,
-    ) -> OpenAIResponsesRequest: ...
-
-    def render(
-        self,
-        result: BuildResult,
-        provider: Provider,
-        model: str,
-        *,
-        max_tokens: int = 4096,
-        messages: Sequence[Any] | None = None,
-        tools: Sequence[Any] | None = None,
-        cache_ttl: CacheTTL | None = None,
-        prompt_cache_key: str | None = None,
-    ) -> ProviderRequest:
-        """``ContextEngine.render`` (pure: no await), typed the same way per provider."""
-        render: Any = self.engine.render  # one call for the three overloads
-        request: ProviderRequest = render(
-            result,
-            provider,
-            model,
-            max_tokens=max_tokens,
-            messages=messages,
-            tools=tools,
-            cache_ttl=cache_ttl,
-            prompt_cache_key=prompt_cache_key,
-        )
-        return request
+    @property
+    def render(self) -> Renderer:
+        """``ContextEngine.render`` itself (pure: no await), typed the same way per provider."""
+        return self.engine.render
 
     async def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
         return await self._run(self.engine.report_usage, agent_id, usage)
