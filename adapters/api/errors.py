@@ -27,7 +27,7 @@ __all__ = ["ApiError", "error_body", "error_response"]
 log = logging.getLogger("ctxledger.api")
 
 _AT = re.compile(r"at `\$\.?([^`]*)`")
-_MISSING = re.compile(r"missing required field `([^`]*)`")
+_MISSING = re.compile(r"(?:missing required|contains unknown) field `([^`]*)`")
 
 
 class ApiError(CtxLedgerError):

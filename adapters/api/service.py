@@ -53,8 +53,6 @@ def build_out(engine: ContextEngine, result: BuildResult, body: t.BuildIn | None
         counts[d.action] += 1
     request = None
     if body is not None and body.provider is not None:
-        if not body.model:
-            raise ApiError(422, "invalid_body", "provider needs a model", field="model")
         render: Any = engine.render  # the provider is checked by the body's type
         rendered = render(
             result,
@@ -153,6 +151,8 @@ def _items(svc: ApiService, agent: str, body: t.ItemsIn, _q: Mapping[str, str]) 
 
 
 def _build(svc: ApiService, agent: str, body: t.BuildIn, _q: Mapping[str, str]) -> t.BuildOut:
+    if body.provider is not None and not body.model:  # before anything is appended
+        raise ApiError(422, "invalid_body", "provider needs a model", field="model")
     engine = svc.engine
     with engine.lock:
         result = engine.build(

@@ -108,6 +108,7 @@ def _serve_http(service: object, host: str, port: int, token: str | None) -> Non
     assert isinstance(service, ApiService)
     sock = bind_socket(host, port)
     try:
+        sock.listen(2048)  # connections queue from here, before the address is printed
         bound = sock.getsockname()[1]
         app = create_api_app(service, token=token)
     except BaseException:
