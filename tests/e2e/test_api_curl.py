@@ -5,6 +5,7 @@ clean with `--rederive`."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -71,3 +72,36 @@ def test_a_turn_loop_with_curl(tmp_path: Path) -> None:
     audited = audit_rederive(url)
     assert audited.returncode == 0, audited.stdout
     assert "audit clean" in audited.stdout
+
+
+def _docs_curl_block() -> str:
+    text = (Path(__file__).parents[2] / "docs" / "integrations.md").read_text(encoding="utf-8")
+    section = text[text.index("## Any language: `ctxledger api`") :]
+    after = section[section.index("A turn with curl") :]
+    return after[after.index("```sh\n") + 6 : after.index("```", after.index("```sh\n") + 6)]
+
+
+def test_the_docs_curl_example_runs(tmp_path: Path) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("curl not found")
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with running_api(url, "--token", TOKEN) as s:
+        env = {**os.environ, "API": s.base, "CTXLEDGER_API_TOKEN": TOKEN, "NO_PROXY": "*"}
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", _docs_curl_block()],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env=env,
+        )
+    assert done.returncode == 0, done.stderr
+    answers, decoder, at = [], json.JSONDecoder(), 0  # curl prints no newline between bodies
+    while at < len(done.stdout):
+        answer, at = decoder.raw_decode(done.stdout, at)
+        answers.append(answer)
+    assert len(answers) == 5
+    assert answers[2]["request"]["model"] == "claude-sonnet-4-5"
+    assert answers[3]["provider"] == "anthropic"
+    assert answers[4]["agent"]["agent_id"] == "coder"
+    assert [i["id"] for i in answers[4]["included"]] == [answers[1]["items"][0]["id"]]
