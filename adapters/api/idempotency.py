@@ -6,7 +6,8 @@ else in memory (a retry then survives only while the process runs).
 
 A key is reserved (a row with no answer) before the request runs, so a concurrent retry of the
 same key, in this process or another, answers 409 ``in_progress`` instead of running twice; an
-answer of ours that failed (5xx) releases the key. The same key with another method, path or
+answer of ours that failed (5xx) or a conflict (409: another writer moved the stream) releases
+the key, so the retry runs again. The same key with another method, path or
 body is 409 ``idempotency_mismatch``."""
 
 from __future__ import annotations
@@ -103,7 +104,7 @@ class IdempotencyStore:
             status, body = run()
         finally:
             with self._lock:
-                if status >= 500:
+                if status >= 500 or status == 409:  # ours, or a conflict: the retry runs
                     self._db.execute("DELETE FROM api_idempotency WHERE key = ?", (key,))
                 else:
                     self._db.execute(

@@ -226,7 +226,6 @@ def _int_query(query: Mapping[str, str], name: str, default: int | None) -> int 
 def _inspect(svc: ApiService, agent: str, _b: None, query: Mapping[str, str]) -> t.InspectOut:
     engine = svc.engine
     with engine.lock:
-        engine.catch_up()
         engine.agent(agent)
         return inspect_agent(engine.states, agent, _int_query(query, "generation", None))
 
@@ -234,7 +233,6 @@ def _inspect(svc: ApiService, agent: str, _b: None, query: Mapping[str, str]) ->
 def _generations(svc: ApiService, agent: str, _b: None, _q: Mapping[str, str]) -> t.GenerationsOut:
     engine = svc.engine
     with engine.lock:
-        engine.catch_up()
         ag = engine.agent(agent)
         rows = [
             t.GenerationRow(
@@ -259,7 +257,6 @@ def _diff(svc: ApiService, agent: str, _b: None, query: Mapping[str, str]) -> t.
     a, b = _int_query(query, "from", None), _int_query(query, "to", None)
     engine = svc.engine
     with engine.lock:
-        engine.catch_up()
         engine.agent(agent)
         return diff_generations(engine.states, agent, a or 0, b or 0)
 
@@ -388,7 +385,9 @@ class ApiService:
             decoded = None
             if route.body is not None:
                 decoded = msgspec.json.decode(raw or b"{}", type=route.body)
-            answer = route.handler(self, params.get("agent_id", ""), decoded, query)
+            with self.engine.lock:  # other processes may serve the same store: fold theirs
+                self.engine.catch_up()
+                answer = route.handler(self, params.get("agent_id", ""), decoded, query)
             return route.status, msgspec.json.encode(answer)
         except Exception as exc:
             return error_response(exc)
