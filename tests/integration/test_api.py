@@ -311,3 +311,23 @@ def test_the_openapi_document_is_generated_from_the_body_types(client: httpx.Cli
         "$ref": "#/components/schemas/BuildIn"
     }
     assert set(build["responses"]) >= {"200", "401", "404", "409", "422"}
+
+
+def test_a_browser_page_cannot_drive_the_api(client: httpx.Client, tmp_path: Path) -> None:
+    """A cross-site form or fetch sends no application/json without a preflight (415), and a
+    rebound DNS name reaches a token-less loopback server under a foreign Host (421)."""
+    r = client.post(
+        "/v1/agents",
+        content=b'{"agent_id": "csrf", "role": "r"}',
+        headers={"content-type": "text/plain"},
+    )
+    assert r.status_code == 415
+    assert r.json()["error"]["field"] == "Content-Type"
+    assert client.get("/v1/agents/csrf").status_code == 404
+    with running_api(f"sqlite:///{tmp_path / 'l.db'}") as s:
+        foreign = httpx.get(f"{s.base}/v1/openapi.json", headers={"Host": "evil.example:80"})
+        assert foreign.status_code == 421
+        assert foreign.json()["error"]["type"] == "misdirected"
+        assert httpx.get(f"{s.base}/v1/openapi.json").status_code == 200
+        local = httpx.get(f"{s.base}/v1/openapi.json", headers={"Host": "localhost:1"})
+        assert local.status_code == 200
