@@ -61,7 +61,7 @@ def _classify(exc: Exception) -> tuple[int, str, str | None]:
     if isinstance(exc, UnknownGenerationError):
         return 404, "unknown_generation", "generation"
     if isinstance(exc, InvalidInputError):
-        return 422, "invalid_input", None
+        return 422, "invalid_input", _field_of(str(exc))
     if isinstance(exc, RefreshExhaustedError):
         return 409, "refresh_exhausted", None
     if isinstance(exc, ConflictError | DamagedStreamError):
