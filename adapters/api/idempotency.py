@@ -20,9 +20,12 @@ from collections.abc import Callable
 
 from ctxledger.adapters.api.errors import error_body
 
-__all__ = ["MAX_KEY_CHARS", "IdempotencyStore", "fingerprint"]
+__all__ = ["MAX_KEY_CHARS", "STALE_AFTER_S", "IdempotencyStore", "fingerprint"]
 
 MAX_KEY_CHARS = 200
+STALE_AFTER_S = 300.0
+"""A reservation with no answer this old was left by a process that died mid-request: a retry
+takes it over (what that request appended before it died, if anything, stays appended)."""
 
 _SCHEMA = """CREATE TABLE IF NOT EXISTS api_idempotency (
     key TEXT PRIMARY KEY, fingerprint TEXT NOT NULL, status INTEGER, body BLOB,
@@ -64,11 +67,21 @@ class IdempotencyStore:
             if cur.rowcount == 1:
                 return None
             row = self._db.execute(
-                "SELECT fingerprint, status, body FROM api_idempotency WHERE key = ?", (key,)
+                "SELECT fingerprint, status, body, created FROM api_idempotency WHERE key = ?",
+                (key,),
             ).fetchone()
+            stale = row is not None and row[1] is None and row[3] < time.time() - STALE_AFTER_S
+            if stale and row[0] == print_:
+                taken = self._db.execute(
+                    "UPDATE api_idempotency SET created = ? "
+                    "WHERE key = ? AND status IS NULL AND created = ?",
+                    (time.time(), key, row[3]),
+                )
+                if taken.rowcount == 1:
+                    return None
         if row is None:  # released between the two statements: run it
             return self._reserve(key, print_)
-        stored_print, status, body = row
+        stored_print, status, body, _ = row
         if stored_print != print_:
             return error_body(
                 409,

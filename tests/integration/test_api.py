@@ -331,3 +331,11 @@ def test_a_browser_page_cannot_drive_the_api(client: httpx.Client, tmp_path: Pat
         assert httpx.get(f"{s.base}/v1/openapi.json").status_code == 200
         local = httpx.get(f"{s.base}/v1/openapi.json", headers={"Host": "localhost:1"})
         assert local.status_code == 200
+
+
+def test_an_off_loopback_bind_with_a_token_serves_whoever_has_it(tmp_path: Path) -> None:
+    with running_api(f"sqlite:///{tmp_path / 'l.db'}", "--host", "0.0.0.0", "--token", TOKEN) as s:
+        base = s.base.replace("0.0.0.0", "127.0.0.1")
+        assert httpx.get(f"{base}/v1/openapi.json").status_code == 401
+        auth = {"Authorization": f"Bearer {TOKEN}", "Host": "ci-runner.internal:8766"}
+        assert httpx.get(f"{base}/v1/openapi.json", headers=auth).status_code == 200
