@@ -62,6 +62,7 @@ def build_out(engine: ContextEngine, result: BuildResult, body: t.BuildIn | None
             messages=body.messages,
             tools=body.tools,
             prompt_cache_key=body.prompt_cache_key,
+            cache_ttl=body.cache_ttl,
         )
         request = msgspec.to_builtins(rendered)
     return t.BuildOut(
@@ -150,9 +151,20 @@ def _items(svc: ApiService, agent: str, body: t.ItemsIn, _q: Mapping[str, str]) 
     )
 
 
-def _build(svc: ApiService, agent: str, body: t.BuildIn, _q: Mapping[str, str]) -> t.BuildOut:
-    if body.provider is not None and not body.model:  # before anything is appended
+def _check_render(body: t.BuildIn) -> None:
+    """Refuse render arguments that cannot go together before anything is built."""
+    if body.provider is not None and not body.model:
         raise ApiError(422, "invalid_body", "provider needs a model", field="model")
+    if body.cache_ttl is not None and body.provider != "anthropic":
+        raise ApiError(422, "invalid_body", "cache_ttl is Anthropic's", field="cache_ttl")
+    if body.prompt_cache_key is not None and body.provider == "anthropic":
+        raise ApiError(
+            422, "invalid_body", "prompt_cache_key is OpenAI's", field="prompt_cache_key"
+        )
+
+
+def _build(svc: ApiService, agent: str, body: t.BuildIn, _q: Mapping[str, str]) -> t.BuildOut:
+    _check_render(body)
     engine = svc.engine
     with engine.lock:
         result = engine.build(

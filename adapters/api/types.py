@@ -121,6 +121,9 @@ class BuildIn(_Body, frozen=True, kw_only=True, forbid_unknown_fields=True):
     messages: list[Any] | None = None
     tools: list[Any] | None = None
     prompt_cache_key: str | None = None
+    """OpenAI's (chat and responses)."""
+    cache_ttl: Literal["5m", "1h"] | None = None
+    """Anthropic's cache breakpoint lifetime."""
 
 
 class DecisionsSummary(msgspec.Struct, frozen=True, kw_only=True):

@@ -96,6 +96,12 @@ def test_a_whole_turn_loop_over_http(client: httpx.Client, ledger_url: str) -> N
     assert built["decisions"]["included"] == 4
     assert built["request"]["model"] == "claude-sonnet-4-5"
     assert built["request"]["system"][0]["text"] == built["static_prefix"]
+    wrong = client.post(
+        "/v1/agents/loop/build",
+        json={"provider": "openai", "model": "gpt-4.1", "cache_ttl": "1h"},
+    )
+    assert wrong.status_code == 422
+    assert wrong.json()["error"]["field"] == "cache_ttl"
     plain = _ok(client.post("/v1/agents/loop/build", json={}))
     assert plain["request"] is None
     assert plain["pack_id"] != built["pack_id"]

@@ -1,7 +1,7 @@
 """A real non-Python client: tests/api_client_go/main.go (Go, standard library only) runs a
 50-turn loop against `ctxledger api` — record (each sent twice with one Idempotency-Key),
 build + render, usage, a context-limit turn error every tenth turn — and the ledger it leaves
-passes `ctxledger audit --rederive`. Skips when `go` is absent, fails then under CI=true."""
+passes `ctxledger audit --rederive` and `replay --verify`. Skips when `go` is absent, fails then under CI=true."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 
 from ctxledger.adapters.ledger import open_ledger
 from ctxledger.domain import events as ev
-from tests.api_server import audit_rederive, running_api
+from tests.api_server import CTXLEDGER, audit_rederive, running_api
 
 GO_CLIENT = Path(__file__).parents[1] / "api_client_go"
 TOKEN = "go-client-token-0123456789abcdef"
@@ -68,3 +68,11 @@ def test_the_go_client_runs_50_turns_and_the_ledger_audits_clean(tmp_path: Path)
     assert audited.returncode == 0, audited.stdout
     assert "audit clean" in audited.stdout
     assert " 0 mismatches" in audited.stdout
+    verified = subprocess.run(  # the read models the server saved at its stop are the log's
+        [CTXLEDGER, "replay", "--verify", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert verified.returncode == 0, verified.stdout + verified.stderr
