@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from ctxledger.adapters.cli import api as cli_api
 from ctxledger.adapters.cli import control as cli_control
 from ctxledger.adapters.cli import doctor as cli_doctor
 from ctxledger.adapters.cli import erase as cli_erase
@@ -166,6 +167,7 @@ app.add_typer(memory_app, name="memory")
 app.command()(cli_simulate.simulate)
 app.command()(cli_simulate.compare)
 app.command()(cli_serve.serve)
+app.command()(cli_api.api)
 app.command()(cli_control.control)
 app.command()(cli_control.configure)
 app.command()(cli_erase.erase)

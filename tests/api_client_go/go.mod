@@ -1,0 +1,3 @@
+module ctxledger.test/apiclient
+
+go 1.19
