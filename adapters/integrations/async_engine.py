@@ -176,8 +176,10 @@ class AsyncContextEngine:
         )
         return request
 
-    async def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
-        return await self._run(self.engine.report_usage, agent_id, usage)
+    async def report_usage(
+        self, agent_id: str, usage: object, *, provider: str | None = None
+    ) -> ev.CacheUsageRecorded:
+        return await self._run(self.engine.report_usage, agent_id, usage, provider=provider)
 
     async def turn_succeeded(self, agent_id: str) -> None:
         await self._run(self.engine.turn_succeeded, agent_id)
