@@ -64,6 +64,12 @@ class AsyncContextEngine:
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         return await loop.run_in_executor(self._worker, call)
 
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on the engine's worker thread, awaited: for a step of
+        several engine calls on ``self.engine`` (an adapter's record-then-build) that must
+        not block the loop."""
+        return await self._run(fn, *args, **kwargs)
+
     @property
     def input_limits(self) -> InputLimits:
         """``ContextEngine.input_limits`` (frozen: no await)."""
