@@ -3,7 +3,8 @@
 ``ContextInputFilter`` is a ``RunConfig.call_model_input_filter``: before each model call it
 records the tool outputs the agent got since the previous call, builds the agent's next
 prompt, and sends the agent's own instructions followed by that prompt as the instructions,
-with only the conversation's current turn as input. ``UsageHooks`` reports each model call's
+with only the conversation's current turn as input (a tool output the prompt holds is a
+short stub there: sent once). ``UsageHooks`` reports each model call's
 usage to the engine (``report_usage``), under the provider the agent's model calls. In a
 handoff each SDK agent can have its own ctxledger agent (``agents={"triage": "t-1", …}``):
 its own context and its own usage. Both take a ``ContextEngine`` or an
@@ -35,6 +36,8 @@ from ctxledger.adapters.integrations.turns import (
     ToolOutput,
     build_for,
     current_turn,
+    in_context,
+    output_stub,
     record_tool_outputs,
     tool_item_id,
 )
@@ -124,7 +127,21 @@ class ContextInputFilter:
         result = self.last = build_for(engine, agent_id, self.build)
         own = data.model_data.instructions
         instructions = f"{own}\n\n{result.prompt.text}" if own else result.prompt.text
-        return ModelInputData(input=current_turn(items, _is_user), instructions=instructions)
+        chosen = in_context(result)
+        turn = [_stubbed(i, agent_id, chosen) for i in current_turn(items, _is_user)]
+        return ModelInputData(input=turn, instructions=instructions)
+
+
+def _stubbed(item: Any, agent_id: str, chosen: frozenset[str]) -> Any:
+    """A ``function_call_output`` whose output the prompt holds, with a stub as its output
+    (sent once, in the context); any other item as it is."""
+    if _field(item, "type") != "function_call_output":
+        return item
+    item_id = tool_item_id(agent_id, str(_field(item, "call_id")))
+    if item_id not in chosen:
+        return item
+    data = dict(item) if isinstance(item, Mapping) else item.model_dump(exclude_unset=True)
+    return {**data, "output": output_stub(item_id)}
 
 
 class UsageHooks(RunHooks[Any]):
