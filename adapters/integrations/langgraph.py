@@ -15,8 +15,9 @@ when given).
     state = graph.invoke({"messages": [("user", "Fix the failing test")]})
     report_message_usage(engine, "worker-1", state["messages"][-1])
 
-LangGraph 1.x deprecates ``create_react_agent`` for LangChain's ``create_agent``; its
-middleware is ``langchain_agents.ContextMiddleware``, which shapes the model call the same way.
+LangGraph 1.x deprecates ``create_react_agent`` for LangChain's ``create_agent`` (built on
+LangGraph); its hook is middleware, ``langchain_agents.ContextMiddleware``, which shapes the
+model call the same way and is the one to use on LangGraph 1.x.
 """
 
 from __future__ import annotations
@@ -109,15 +110,23 @@ def prompt_cache_key(agent_id: str) -> str:
 
 class ContextHook:
     """A ``pre_model_hook`` putting *agent_id*'s ctxledger prompt in front of every model
-    call (:func:`system_message`: the static prefix a block of its own, cached for
-    ``provider="anthropic"``). *build* holds ``engine.build`` arguments used for every
-    build."""
+    call (:func:`system_message`: *system_prompt* and the static prefix a block of its own,
+    cached for ``provider="anthropic"``). Give the agent's own prompt here, not as
+    ``create_react_agent(prompt=…)``, which would send a second system message. *build*
+    holds ``engine.build`` arguments used for every build."""
 
     def __init__(
-        self, engine: ContextEngine, agent_id: str, *, provider: str | None = None, **build: Any
+        self,
+        engine: ContextEngine,
+        agent_id: str,
+        *,
+        system_prompt: str = "",
+        provider: str | None = None,
+        **build: Any,
     ) -> None:
         self.engine = engine
         self.agent_id = agent_id
+        self.system_prompt = system_prompt
         self.provider = provider
         self.build = build
         self.last: Any = None
@@ -128,7 +137,7 @@ class ContextHook:
             self.engine, self.agent_id, self.build, list(state["messages"])
         )
         self.last = result
-        system = system_message(result, provider=self.provider)
+        system = system_message(result, self.system_prompt, provider=self.provider)
         return {"llm_input_messages": [system, *turn]}
 
 

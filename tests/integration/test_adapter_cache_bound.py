@@ -278,3 +278,38 @@ def test_agents_sdk_filter_sends_each_output_once(tmp_path: Path, httpserver: HT
             assert len(json.dumps(body)) <= len(prompt.encode()) + len(OWN) + own_messages + FRAMING
     finally:
         engine.close()
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+def test_one_system_message_with_the_agent_s_own_prompt(
+    tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    from langchain.agents import create_agent
+    from langgraph.prebuilt import create_react_agent
+
+    from ctxledger.adapters.integrations.langchain_agents import ContextMiddleware
+    from ctxledger.adapters.integrations.langgraph import ContextHook
+
+    for _ in range(2):
+        httpserver.expect_ordered_request("/v1/chat/completions", method="POST").respond_with_json(
+            _completion(ANSWER, (1400, 896, 20))
+        )
+    engine = _engine(tmp_path / "ledger.db")
+    try:
+        hook = ContextHook(engine, AGENT, system_prompt=OWN)
+        create_react_agent(_chat_model(httpserver), [], pre_model_hook=hook).invoke(
+            {"messages": [("user", ASK)]}
+        )
+        middleware = ContextMiddleware(engine, AGENT)
+        agent = create_agent(
+            _chat_model(httpserver), [], system_prompt=OWN, middleware=[middleware]
+        )
+        agent.invoke({"messages": [("user", ASK)]})  # type: ignore[call-overload]
+        for body in _bodies(httpserver):
+            roles = [m["role"] for m in body["messages"]]
+            assert roles == ["system", "user"]
+            static = body["messages"][0]["content"][0]["text"]
+            assert static.startswith(f"{OWN}\n\n")
+            assert OBJECTIVE in static
+    finally:
+        engine.close()
