@@ -27,7 +27,7 @@ import json
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from agents import RunHooks
+from agents import ModelSettings, RunHooks
 from agents.run import CallModelData, ModelInputData
 
 from ctxledger.adapters.engine import ContextEngine
@@ -43,7 +43,13 @@ from ctxledger.adapters.integrations.turns import (
 )
 from ctxledger.domain.model import Layer, Source
 
-__all__ = ["ContextInputFilter", "LedgerSession", "UsageHooks", "model_provider"]
+__all__ = [
+    "ContextInputFilter",
+    "LedgerSession",
+    "UsageHooks",
+    "cache_settings",
+    "model_provider",
+]
 
 
 def _field(item: Any, key: str) -> Any:
@@ -76,6 +82,17 @@ def tool_outputs(items: list[Any]) -> list[ToolOutput]:
 def _ledger_agent(default: str, agents: Mapping[str, str], sdk_agent: Any) -> str:
     """The ctxledger agent of an SDK agent: *agents* by the SDK agent's name, else *default*."""
     return agents.get(str(getattr(sdk_agent, "name", "")), default)
+
+
+def cache_settings(agent_id: str, settings: ModelSettings | None = None) -> ModelSettings:
+    """*settings* (or new ones) with OpenAI's ``prompt_cache_key`` for *agent_id*
+    (``ctxledger:<agent>``, the key the LangChain middleware uses too): the agent's calls,
+    which share the static prefix at the head of their instructions, go to one cache across
+    runs (the SDK's own key is one per run). A key already in ``extra_args`` is kept."""
+    base = settings or ModelSettings()
+    extra = dict(base.extra_args or {})
+    extra.setdefault("prompt_cache_key", f"ctxledger:{agent_id}"[:64])
+    return base.resolve(ModelSettings(extra_args=extra))
 
 
 def model_provider(model: Any) -> str:

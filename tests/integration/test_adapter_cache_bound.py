@@ -222,7 +222,7 @@ def test_agents_sdk_filter_sends_each_output_once(tmp_path: Path, httpserver: HT
     from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner, function_tool
     from openai import AsyncOpenAI
 
-    from ctxledger.adapters.integrations.openai_agents import ContextInputFilter
+    from ctxledger.adapters.integrations.openai_agents import ContextInputFilter, cache_settings
 
     @function_tool
     def run_tests(n: int) -> str:
@@ -246,6 +246,7 @@ def test_agents_sdk_filter_sends_each_output_once(tmp_path: Path, httpserver: HT
             instructions=OWN,
             model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
             tools=[run_tests],
+            model_settings=cache_settings(AGENT),
         )
         try:
             return await Runner.run(
@@ -267,7 +268,8 @@ def test_agents_sdk_filter_sends_each_output_once(tmp_path: Path, httpserver: HT
         assert len(bodies) == len(prompts) == CALLS + 1
         for k, (body, prompt) in enumerate(zip(bodies, prompts, strict=True)):
             system, *turn = body["messages"]
-            assert system["content"] == f"{OWN}\n\n{prompt}"
+            assert system["content"] == f"{OWN}\n\n{prompt}"  # the static prefix leads
+            assert body["prompt_cache_key"] == f"ctxledger:{AGENT}"
             results = [m for m in turn if m["role"] == "tool"]
             assert len(results) == k
             for n, message in enumerate(results):
