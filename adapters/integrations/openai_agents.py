@@ -88,11 +88,14 @@ def cache_settings(agent_id: str, settings: ModelSettings | None = None) -> Mode
     """*settings* (or new ones) with OpenAI's ``prompt_cache_key`` for *agent_id*
     (``ctxledger:<agent>``, the key the LangChain middleware uses too): the agent's calls,
     which share the static prefix at the head of their instructions, go to one cache across
-    runs (the SDK's own key is one per run). A key already in ``extra_args`` is kept."""
+    runs (the SDK's own key is one per run). A key already in ``extra_args`` is kept. Also
+    ``include_usage`` on unless set: a streamed Chat Completions call then reports its usage
+    (the SDK asks for it only from api.openai.com, so any other endpoint streams none)."""
     base = settings or ModelSettings()
     extra = dict(base.extra_args or {})
     extra.setdefault("prompt_cache_key", f"ctxledger:{agent_id}"[:64])
-    return base.resolve(ModelSettings(extra_args=extra))
+    include = True if base.include_usage is None else base.include_usage
+    return base.resolve(ModelSettings(extra_args=extra, include_usage=include))
 
 
 def model_provider(model: Any) -> str:
@@ -162,8 +165,10 @@ def _stubbed(item: Any, agent_id: str, chosen: frozenset[str]) -> Any:
 
 
 class UsageHooks(RunHooks[Any]):
-    """``RunHooks`` reporting each model response's usage to the engine, booked to the agent
-    that made the call (*agents* as in :class:`ContextInputFilter`) under the provider its
+    """``RunHooks`` reporting each model response's usage to the engine (a response that
+    reports no tokens at all, as a stream without a usage chunk, counts as a call that went
+    through, ``turn_succeeded``: never an all-zero booking), booked to the agent that made
+    the call (*agents* as in :class:`ContextInputFilter`) under the provider its
     model calls (:func:`model_provider`; *provider* overrides it, e.g. an OpenAI-compatible
     endpoint serving another provider's model). *engine* may be an ``AsyncContextEngine``."""
 
@@ -183,10 +188,17 @@ class UsageHooks(RunHooks[Any]):
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
         agent_id = _ledger_agent(self.agent_id, self.agents, agent)
         provider = self.provider or model_provider(getattr(agent, "model", None))
+        usage = response.usage
+        reported = bool(getattr(usage, "input_tokens", 0) or getattr(usage, "output_tokens", 0))
         if isinstance(self.engine, AsyncContextEngine):
-            await self.engine.report_usage(agent_id, response.usage, provider=provider)
+            if reported:
+                await self.engine.report_usage(agent_id, usage, provider=provider)
+            else:
+                await self.engine.turn_succeeded(agent_id)
+        elif reported:
+            self.engine.report_usage(agent_id, usage, provider=provider)
         else:
-            self.engine.report_usage(agent_id, response.usage, provider=provider)
+            self.engine.turn_succeeded(agent_id)
 
 
 class LedgerSession:

@@ -9,6 +9,7 @@ booked to the agent that made it, under the provider its model calls."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -126,3 +127,77 @@ def test_the_provider_is_read_from_the_agent_s_model() -> None:
     assert model_provider(OpenAIChatCompletionsModel(model=MODEL, openai_client=client)) == "openai"
     assert model_provider(MODEL) == "openai"
     assert model_provider(None) == "openai"  # the SDK's default model is OpenAI's
+
+
+def _stream_agent(tmp_path: Path, httpserver: HTTPServer, settings: Any) -> Any:
+    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
+    from openai import AsyncOpenAI
+
+    from tests.integration.test_litellm_stream import USAGE, _chat_chunks, _sse
+
+    # the fake server streams the usage chunk only when the request asks for it, as OpenAI does
+    def reply(request: Any) -> Any:
+        from werkzeug import Response
+
+        body = json.loads(request.get_data())
+        wanted = (body.get("stream_options") or {}).get("include_usage")
+        text = _sse(_chat_chunks(USAGE if wanted else None))
+        return Response(text, content_type="text/event-stream")
+
+    httpserver.expect_request("/v1/chat/completions", method="POST").respond_with_handler(reply)
+    engine = _engine(tmp_path / "ledger.db")
+
+    async def run() -> list[ev.CacheUsageRecorded]:
+        client = AsyncOpenAI(base_url=httpserver.url_for("/v1"), api_key="test", max_retries=0)
+        agent = Agent(
+            name="worker",
+            instructions="You are a careful engineer.",
+            model=OpenAIChatCompletionsModel(model=MODEL, openai_client=client),
+            model_settings=settings,
+        )
+        try:
+            streamed = Runner.run_streamed(
+                agent,
+                "Fix the failing test",
+                run_config=RunConfig(
+                    call_model_input_filter=ContextInputFilter(engine, AGENT),
+                    tracing_disabled=True,
+                ),
+                hooks=UsageHooks(engine, AGENT),
+            )
+            async for _ in streamed.stream_events():
+                pass
+            return _usage(engine.ledger.read_all())
+        finally:
+            await client.close()
+
+    try:
+        return asyncio.run(run()), _bodies(httpserver), engine.agent(AGENT).refresh_streak
+    finally:
+        engine.close()
+
+
+def test_a_streamed_run_with_cache_settings_books_its_usage(
+    tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    from ctxledger.adapters.integrations.openai_agents import cache_settings
+
+    usage, bodies, _ = _stream_agent(tmp_path, httpserver, cache_settings(AGENT))
+    (body,) = bodies
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["prompt_cache_key"] == f"ctxledger:{AGENT}"
+    assert [(u.provider, u.input_tokens, u.cache_read_tokens, u.output_tokens) for u in usage] == [
+        ("openai", 504, 896, 20)
+    ]
+
+
+def test_a_streamed_run_without_usage_books_no_zeros(
+    tmp_path: Path, httpserver: HTTPServer
+) -> None:
+    from agents import ModelSettings
+
+    usage, bodies, streak = _stream_agent(tmp_path, httpserver, ModelSettings())
+    (body,) = bodies
+    assert "stream_options" not in body  # the SDK asks only api.openai.com for the usage
+    assert usage == []  # no all-zero booking: the call counts as one that went through
+    assert streak == 0
