@@ -45,7 +45,13 @@ from openai import OpenAIError
 from ctxledger.adapters.engine import BuildResult, ContextEngine
 from ctxledger.adapters.integrations.async_engine import AsyncContextEngine
 from ctxledger.adapters.integrations.litellm_stream import AsyncBookedStream, BookedStream
-from ctxledger.adapters.integrations.turns import build_for
+from ctxledger.adapters.integrations.turns import (
+    build_for,
+    in_context,
+    output_stub,
+    record_tool_outputs,
+    tool_item_id,
+)
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.render import CacheTTL
@@ -56,6 +62,8 @@ __all__ = [
     "completion_kwargs",
     "report_response",
     "request_shape",
+    "stub_outputs",
+    "tool_outputs",
 ]
 
 Shape = Literal["anthropic", "openai"]
@@ -168,14 +176,17 @@ def completion(
     booked when the caller has read it to its end. A LiteLLM error goes to ``engine.on_turn_error``: a context-limit error
     refreshes the agent (a new generation, a smaller pack) and the call is made again with the
     refreshed prompt (refreshes that make no progress end in RefreshExhaustedError); any
-    other error is recorded and raised as it is."""
+    other error is recorded and raised as it is. The ``tool`` messages among *messages* are
+    recorded into the agent's pool first (once each, as every adapter does), and one whose
+    output the built prompt holds is sent as a stub (:func:`stub_outputs`)."""
+    record_tool_outputs(engine, agent_id, tool_outputs(messages or ()))
     result = build_for(engine, agent_id, dict(build or {}))
     while True:
         kwargs = completion_kwargs(
             engine,
             result,
             model,
-            messages=messages,
+            messages=stub_outputs(agent_id, result, messages),
             tools=tools,
             max_tokens=max_tokens,
             cache_ttl=cache_ttl,
@@ -213,13 +224,14 @@ async def acompletion(
 ) -> Any:
     """:func:`completion` on an event loop: ``litellm.acompletion`` with an
     :class:`AsyncContextEngine` (the engine's calls run on its worker thread)."""
+    await engine.call(record_tool_outputs, engine.engine, agent_id, tool_outputs(messages or ()))
     result = await engine.build(agent_id, **dict(build or {}))
     while True:
         kwargs = completion_kwargs(
             engine,
             result,
             model,
-            messages=messages,
+            messages=stub_outputs(agent_id, result, messages),
             tools=tools,
             max_tokens=max_tokens,
             cache_ttl=cache_ttl,
@@ -251,6 +263,42 @@ def _with_usage(litellm_kwargs: Mapping[str, Any]) -> dict[str, Any]:
             "include_usage": True,
         }
     return kwargs
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: keep their text
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return "" if content is None else str(content)
+
+
+def tool_outputs(messages: Sequence[Any]) -> list[tuple[str, str]]:
+    """``(tool_call_id, text)`` of every OpenAI-format ``tool`` message in *messages*."""
+    return [
+        (str(m.get("tool_call_id")), _content_text(m.get("content")))
+        for m in messages
+        if isinstance(m, Mapping) and m.get("role") == "tool"
+    ]
+
+
+def stub_outputs(
+    agent_id: str, result: BuildResult, messages: Sequence[Any] | None
+) -> list[Any] | None:
+    """*messages* with each ``tool`` message whose output *result*'s prompt holds replaced by
+    a stub (``turns.output_stub``): the call stays paired with a result, the output is sent
+    once, in the prompt."""
+    if messages is None:
+        return None
+    chosen = in_context(result)
+    out: list[Any] = []
+    for m in messages:
+        if isinstance(m, Mapping) and m.get("role") == "tool":
+            item_id = tool_item_id(agent_id, str(m.get("tool_call_id")))
+            if item_id in chosen:
+                m = {**m, "content": output_stub(item_id)}
+        out.append(m)
+    return out
 
 
 def _provider_of(error: BaseException) -> str:
