@@ -5,9 +5,9 @@ from __future__ import annotations
 from ctxledger.adapters.engine.boundary import checked
 from ctxledger.adapters.engine.core import EngineCore, serialized
 from ctxledger.adapters.logs import usage_attributes, usage_span
+from ctxledger.adapters.usage_types import read_usage
 from ctxledger.domain import events as ev
 from ctxledger.domain.turn_policy import decide_turn_succeeded
-from ctxledger.domain.usage import normalize_usage
 
 __all__ = ["Usage"]
 
@@ -16,17 +16,23 @@ class Usage(EngineCore):
     """``report_usage`` and ``turn_succeeded``."""
 
     @serialized
-    def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
-        """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call: a
-        mapping or the SDK's own usage object (``response.usage`` of anthropic or openai, an
-        openai-agents ``Usage``; see ``normalize_usage``); anything else raises
-        InvalidInputError and records nothing. The expected cached tokens scale the prompt's
+    def report_usage(
+        self, agent_id: str, usage: object, *, provider: str | None = None
+    ) -> ev.CacheUsageRecorded:
+        """Record provider usage (Anthropic, OpenAI or DeepSeek shape) of the last call: the
+        SDK's own usage object, read by its type (anthropic, openai chat / Responses, LiteLLM,
+        openai-agents, pydantic-ai; see ``ctxledger.adapters.usage_types``), a normalised
+        ``Usage``, or a mapping (its shape read from its keys, ``normalize_usage``). The
+        booked provider is *provider* (the call's: anthropic, openai or deepseek) when given,
+        else the one the SDK type speaks for (a type serving many providers — LiteLLM,
+        openai-agents, pydantic-ai — without *provider* is read by its key names). Anything else raises InvalidInputError
+        and records nothing. The expected cached tokens scale the prompt's
         tokens by the share of its bytes the previous prompt already held (both recorded on the
         generation's last pack)."""
         ag = self.agent(agent_id)
         session = self._session(agent_id)
         with usage_span(agent_id, conversation_id=session) as span:
-            u = normalize_usage(usage)
+            u = read_usage(usage, provider=provider)
             gen = ag.current
             expected = 0
             if gen.builds:

@@ -57,6 +57,12 @@ class AsyncContextEngine:
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         return await loop.run_in_executor(self._worker, call)
 
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on the engine's worker thread, awaited: for a step of
+        several engine calls on ``self.engine`` (an adapter's record-then-build) that must
+        not block the loop."""
+        return await self._run(fn, *args, **kwargs)
+
     @property
     def input_limits(self) -> InputLimits:
         """``ContextEngine.input_limits`` (frozen: no await)."""
@@ -116,8 +122,10 @@ class AsyncContextEngine:
         """``ContextEngine.render`` itself (pure: no await), typed the same way per provider."""
         return self.engine.render
 
-    async def report_usage(self, agent_id: str, usage: object) -> ev.CacheUsageRecorded:
-        return await self._run(self.engine.report_usage, agent_id, usage)
+    async def report_usage(
+        self, agent_id: str, usage: object, *, provider: str | None = None
+    ) -> ev.CacheUsageRecorded:
+        return await self._run(self.engine.report_usage, agent_id, usage, provider=provider)
 
     async def turn_succeeded(self, agent_id: str) -> None:
         await self._run(self.engine.turn_succeeded, agent_id)

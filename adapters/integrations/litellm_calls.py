@@ -13,7 +13,10 @@ own renderers shape them (nothing is rendered here):
   static prefix, a ``user`` message with the dynamic part, then the caller's messages.
 
 ``report_response`` reports a response's usage (LiteLLM's ``Usage``: OpenAI field names,
-with Anthropic's cache reads and writes when the model is Anthropic's). A context-limit
+with Anthropic's cache reads and writes when the model is Anthropic's), booked under the
+call's provider (``completion`` / ``acompletion`` pass the shape the request was made for).
+With ``stream=True`` they return the stream and book its usage when it ends
+(``litellm_stream``). A context-limit
 error is LiteLLM's ``ContextWindowExceededError``: ``engine.on_turn_error`` classes it and
 reads the sizes its message states. ``completion`` / ``acompletion`` run one whole turn:
 build, call, report usage, and on a context-limit error refresh and call again.
@@ -41,7 +44,14 @@ from openai import OpenAIError
 
 from ctxledger.adapters.engine import BuildResult, ContextEngine
 from ctxledger.adapters.integrations.async_engine import AsyncContextEngine
-from ctxledger.adapters.integrations.turns import build_for
+from ctxledger.adapters.integrations.litellm_stream import AsyncBookedStream, BookedStream
+from ctxledger.adapters.integrations.turns import (
+    build_for,
+    in_context,
+    output_stub,
+    record_tool_outputs,
+    tool_item_id,
+)
 from ctxledger.domain import events as ev
 from ctxledger.domain.errors import InvalidInputError
 from ctxledger.domain.render import CacheTTL
@@ -52,6 +62,8 @@ __all__ = [
     "completion_kwargs",
     "report_response",
     "request_shape",
+    "stub_outputs",
+    "tool_outputs",
 ]
 
 Shape = Literal["anthropic", "openai"]
@@ -133,10 +145,13 @@ def _usage_of(response: Any) -> Any:
     return response if usage is None else usage
 
 
-def report_response(engine: ContextEngine, agent_id: str, response: Any) -> ev.CacheUsageRecorded:
+def report_response(
+    engine: ContextEngine, agent_id: str, response: Any, *, provider: str | None = None
+) -> ev.CacheUsageRecorded:
     """Report a LiteLLM response's ``usage`` (a ``ModelResponse``, or its ``Usage``) to the
-    engine; see ``ContextEngine.report_usage``."""
-    return engine.report_usage(agent_id, _usage_of(response))
+    engine, booked under *provider* (the call's: ``request_shape`` of its model, or the
+    ``provider`` it was shaped for); see ``ContextEngine.report_usage``."""
+    return engine.report_usage(agent_id, _usage_of(response), provider=provider)
 
 
 def completion(
@@ -156,17 +171,22 @@ def completion(
     """One turn through ``litellm.completion``: build *agent_id*'s prompt (with *build*'s
     ``engine.build`` arguments), call the model with :func:`completion_kwargs` plus
     *litellm_kwargs* (``api_base``, ``temperature``…), report the response's usage and return
-    the response. A LiteLLM error goes to ``engine.on_turn_error``: a context-limit error
+    the response. With ``stream=True`` the stream is returned (a :class:`BookedStream`, which
+    iterates as LiteLLM's does; ``stream_options.include_usage`` is set) and its usage is
+    booked when the caller has read it to its end. A LiteLLM error goes to ``engine.on_turn_error``: a context-limit error
     refreshes the agent (a new generation, a smaller pack) and the call is made again with the
     refreshed prompt (refreshes that make no progress end in RefreshExhaustedError); any
-    other error is recorded and raised as it is."""
+    other error is recorded and raised as it is. The ``tool`` messages among *messages* are
+    recorded into the agent's pool first (once each, as every adapter does), and one whose
+    output the built prompt holds is sent as a stub (:func:`stub_outputs`)."""
+    record_tool_outputs(engine, agent_id, tool_outputs(messages or ()))
     result = build_for(engine, agent_id, dict(build or {}))
     while True:
         kwargs = completion_kwargs(
             engine,
             result,
             model,
-            messages=messages,
+            messages=stub_outputs(agent_id, result, messages),
             tools=tools,
             max_tokens=max_tokens,
             cache_ttl=cache_ttl,
@@ -174,14 +194,17 @@ def completion(
             provider=provider,
         )
         try:
-            response = litellm.completion(**kwargs, **litellm_kwargs)
+            response = litellm.completion(**kwargs, **_with_usage(litellm_kwargs))
         except OpenAIError as exc:  # every LiteLLM API error derives from it
             outcome = engine.on_turn_error(agent_id, exc, provider=_provider_of(exc))
             if outcome.result is None:
                 raise
             result = outcome.result
             continue
-        report_response(engine, agent_id, response)
+        booked = provider or request_shape(model)
+        if litellm_kwargs.get("stream"):
+            return BookedStream(response, engine, agent_id, provider=booked)
+        report_response(engine, agent_id, response, provider=booked)
         return response
 
 
@@ -201,13 +224,14 @@ async def acompletion(
 ) -> Any:
     """:func:`completion` on an event loop: ``litellm.acompletion`` with an
     :class:`AsyncContextEngine` (the engine's calls run on its worker thread)."""
+    await engine.call(record_tool_outputs, engine.engine, agent_id, tool_outputs(messages or ()))
     result = await engine.build(agent_id, **dict(build or {}))
     while True:
         kwargs = completion_kwargs(
             engine,
             result,
             model,
-            messages=messages,
+            messages=stub_outputs(agent_id, result, messages),
             tools=tools,
             max_tokens=max_tokens,
             cache_ttl=cache_ttl,
@@ -215,15 +239,66 @@ async def acompletion(
             provider=provider,
         )
         try:
-            response = await litellm.acompletion(**kwargs, **litellm_kwargs)
+            response = await litellm.acompletion(**kwargs, **_with_usage(litellm_kwargs))
         except OpenAIError as exc:
             outcome = await engine.on_turn_error(agent_id, exc, provider=_provider_of(exc))
             if outcome.result is None:
                 raise
             result = outcome.result
             continue
-        await engine.report_usage(agent_id, _usage_of(response))
+        booked = provider or request_shape(model)
+        if litellm_kwargs.get("stream"):
+            return AsyncBookedStream(response, engine, agent_id, provider=booked)
+        await engine.report_usage(agent_id, _usage_of(response), provider=booked)
         return response
+
+
+def _with_usage(litellm_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """*litellm_kwargs*, with ``stream_options.include_usage`` on when streaming (the usage
+    then comes with the stream's last chunk)."""
+    kwargs = dict(litellm_kwargs)
+    if kwargs.get("stream"):
+        kwargs["stream_options"] = {
+            **dict(kwargs.get("stream_options") or {}),
+            "include_usage": True,
+        }
+    return kwargs
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: keep their text
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+    return "" if content is None else str(content)
+
+
+def tool_outputs(messages: Sequence[Any]) -> list[tuple[str, str]]:
+    """``(tool_call_id, text)`` of every OpenAI-format ``tool`` message in *messages*."""
+    return [
+        (str(m.get("tool_call_id")), _content_text(m.get("content")))
+        for m in messages
+        if isinstance(m, Mapping) and m.get("role") == "tool"
+    ]
+
+
+def stub_outputs(
+    agent_id: str, result: BuildResult, messages: Sequence[Any] | None
+) -> list[Any] | None:
+    """*messages* with each ``tool`` message whose output *result*'s prompt holds replaced by
+    a stub (``turns.output_stub``): the call stays paired with a result, the output is sent
+    once, in the prompt."""
+    if messages is None:
+        return None
+    chosen = in_context(result)
+    out: list[Any] = []
+    for m in messages:
+        if isinstance(m, Mapping) and m.get("role") == "tool":
+            item_id = tool_item_id(agent_id, str(m.get("tool_call_id")))
+            if item_id in chosen:
+                m = {**m, "content": output_stub(item_id)}
+        out.append(m)
+    return out
 
 
 def _provider_of(error: BaseException) -> str:

@@ -3,8 +3,12 @@
 ``ContextInputFilter`` is a ``RunConfig.call_model_input_filter``: before each model call it
 records the tool outputs the agent got since the previous call, builds the agent's next
 prompt, and sends the agent's own instructions followed by that prompt as the instructions,
-with only the conversation's current turn as input. ``UsageHooks`` reports each model call's
-usage to the engine (``report_usage``). A context-limit error surfaces from ``Runner.run`` as
+with only the conversation's current turn as input (a tool output the prompt holds is a
+short stub there: sent once). ``UsageHooks`` reports each model call's
+usage to the engine (``report_usage``), under the provider the agent's model calls. In a
+handoff each SDK agent can have its own ctxledger agent (``agents={"triage": "t-1", …}``):
+its own context and its own usage. Both take a ``ContextEngine`` or an
+``AsyncContextEngine``. A context-limit error surfaces from ``Runner.run`` as
 the SDK's ``BadRequestError``: pass it to ``engine.on_turn_error`` and run again.
 ``LedgerSession`` is a ``Session`` whose conversation history is the agent's pool.
 
@@ -13,30 +17,39 @@ the SDK's ``BadRequestError``: pass it to ``engine.on_turn_error`` and run again
     Runner.run_sync(agent, "Fix the failing test", run_config=run_config,
                     hooks=UsageHooks(engine, "worker-1"))
 
-The filter calls the engine synchronously (a local SQLite write per call); an orchestrator
-on an event loop that must not block uses ``AsyncContextEngine`` around its own calls.
+With a ``ContextEngine`` the filter calls the engine synchronously (a local SQLite write per
+call); with an ``AsyncContextEngine`` it is awaitable and the loop is never blocked.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
-from agents import RunHooks
+from agents import ModelSettings, RunHooks
 from agents.run import CallModelData, ModelInputData
 
 from ctxledger.adapters.engine import ContextEngine
+from ctxledger.adapters.integrations.async_engine import AsyncContextEngine
 from ctxledger.adapters.integrations.turns import (
     ToolOutput,
     build_for,
     current_turn,
+    in_context,
+    output_stub,
     record_tool_outputs,
     tool_item_id,
 )
 from ctxledger.domain.model import Layer, Source
 
-__all__ = ["ContextInputFilter", "LedgerSession", "UsageHooks"]
+__all__ = [
+    "ContextInputFilter",
+    "LedgerSession",
+    "UsageHooks",
+    "cache_settings",
+    "model_provider",
+]
 
 
 def _field(item: Any, key: str) -> Any:
@@ -66,36 +79,126 @@ def tool_outputs(items: list[Any]) -> list[ToolOutput]:
     ]
 
 
-class ContextInputFilter:
-    """A ``call_model_input_filter`` putting *agent_id*'s ctxledger prompt in front of every
-    model call. *build* holds ``engine.build`` arguments (``keywords``, ``files``,
-    ``stage_id``…) used for every build."""
+def _ledger_agent(default: str, agents: Mapping[str, str], sdk_agent: Any) -> str:
+    """The ctxledger agent of an SDK agent: *agents* by the SDK agent's name, else *default*."""
+    return agents.get(str(getattr(sdk_agent, "name", "")), default)
 
-    def __init__(self, engine: ContextEngine, agent_id: str, **build: Any) -> None:
+
+def cache_settings(agent_id: str, settings: ModelSettings | None = None) -> ModelSettings:
+    """*settings* (or new ones) with OpenAI's ``prompt_cache_key`` for *agent_id*
+    (``ctxledger:<agent>``, the key the LangChain middleware uses too): the agent's calls,
+    which share the static prefix at the head of their instructions, go to one cache across
+    runs (the SDK's own key is one per run). A key already in ``extra_args`` is kept. Also
+    ``include_usage`` on unless set: a streamed Chat Completions call then reports its usage
+    (the SDK asks for it only from api.openai.com, so any other endpoint streams none)."""
+    base = settings or ModelSettings()
+    extra = dict(base.extra_args or {})
+    extra.setdefault("prompt_cache_key", f"ctxledger:{agent_id}"[:64])
+    include = True if base.include_usage is None else base.include_usage
+    return base.resolve(ModelSettings(extra_args=extra, include_usage=include))
+
+
+def model_provider(model: Any) -> str:
+    """The provider an Agents SDK model calls, read from the model itself: a ``LitellmModel``
+    (or a ``"litellm/…"`` name) by its LiteLLM route (``litellm_calls.request_shape``), any
+    other model (``OpenAIResponsesModel``, ``OpenAIChatCompletionsModel``, a plain name: the
+    SDK's own OpenAI provider) ``openai``."""
+    name = model if isinstance(model, str) else None
+    if name is None and type(model).__module__.startswith("agents.extensions.models.litellm"):
+        name = f"litellm/{getattr(model, 'model', '')}"
+    if name is not None and name.startswith("litellm/"):
+        route = name.removeprefix("litellm/").strip().lower()
+        return "anthropic" if route.startswith(("anthropic/", "claude-")) else "openai"
+    return "openai"
+
+
+class ContextInputFilter:
+    """A ``call_model_input_filter`` putting the ctxledger prompt of the agent being run in
+    front of every model call: *agent_id*'s, or in a handoff the one *agents* maps the SDK
+    agent's name to (each agent its own context). *engine* is a ``ContextEngine`` or an
+    ``AsyncContextEngine`` (then the filter is awaitable and its engine calls run on the
+    engine's worker thread). *build* holds ``engine.build`` arguments (``keywords``,
+    ``files``, ``stage_id``…) used for every build."""
+
+    def __init__(
+        self,
+        engine: ContextEngine | AsyncContextEngine,
+        agent_id: str,
+        *,
+        agents: Mapping[str, str] | None = None,
+        **build: Any,
+    ) -> None:
         self.engine = engine
         self.agent_id = agent_id
+        self.agents = dict(agents or {})
         self.build = build
         self.last: Any = None
         """The last BuildResult (its pack, prompt and generation)."""
 
-    def __call__(self, data: CallModelData[Any]) -> ModelInputData:
+    def __call__(self, data: CallModelData[Any]) -> ModelInputData | Awaitable[ModelInputData]:
+        if isinstance(self.engine, AsyncContextEngine):
+            return self.engine.call(self._shape, self.engine.engine, data)
+        return self._shape(self.engine, data)
+
+    def _shape(self, engine: ContextEngine, data: CallModelData[Any]) -> ModelInputData:
+        agent_id = _ledger_agent(self.agent_id, self.agents, data.agent)
         items = list(data.model_data.input)
-        record_tool_outputs(self.engine, self.agent_id, tool_outputs(items))
-        result = self.last = build_for(self.engine, self.agent_id, self.build)
+        record_tool_outputs(engine, agent_id, tool_outputs(items))
+        result = self.last = build_for(engine, agent_id, self.build)
         own = data.model_data.instructions
         instructions = f"{own}\n\n{result.prompt.text}" if own else result.prompt.text
-        return ModelInputData(input=current_turn(items, _is_user), instructions=instructions)
+        chosen = in_context(result)
+        turn = [_stubbed(i, agent_id, chosen) for i in current_turn(items, _is_user)]
+        return ModelInputData(input=turn, instructions=instructions)
+
+
+def _stubbed(item: Any, agent_id: str, chosen: frozenset[str]) -> Any:
+    """A ``function_call_output`` whose output the prompt holds, with a stub as its output
+    (sent once, in the context); any other item as it is."""
+    if _field(item, "type") != "function_call_output":
+        return item
+    item_id = tool_item_id(agent_id, str(_field(item, "call_id")))
+    if item_id not in chosen:
+        return item
+    data = dict(item) if isinstance(item, Mapping) else item.model_dump(exclude_unset=True)
+    return {**data, "output": output_stub(item_id)}
 
 
 class UsageHooks(RunHooks[Any]):
-    """``RunHooks`` reporting each model response's usage to the engine."""
+    """``RunHooks`` reporting each model response's usage to the engine (a response that
+    reports no tokens at all, as a stream without a usage chunk, counts as a call that went
+    through, ``turn_succeeded``: never an all-zero booking), booked to the agent that made
+    the call (*agents* as in :class:`ContextInputFilter`) under the provider its
+    model calls (:func:`model_provider`; *provider* overrides it, e.g. an OpenAI-compatible
+    endpoint serving another provider's model). *engine* may be an ``AsyncContextEngine``."""
 
-    def __init__(self, engine: ContextEngine, agent_id: str) -> None:
+    def __init__(
+        self,
+        engine: ContextEngine | AsyncContextEngine,
+        agent_id: str,
+        *,
+        agents: Mapping[str, str] | None = None,
+        provider: str | None = None,
+    ) -> None:
         self.engine = engine
         self.agent_id = agent_id
+        self.agents = dict(agents or {})
+        self.provider = provider
 
     async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
-        self.engine.report_usage(self.agent_id, response.usage)
+        agent_id = _ledger_agent(self.agent_id, self.agents, agent)
+        provider = self.provider or model_provider(getattr(agent, "model", None))
+        usage = response.usage
+        reported = bool(getattr(usage, "input_tokens", 0) or getattr(usage, "output_tokens", 0))
+        if isinstance(self.engine, AsyncContextEngine):
+            if reported:
+                await self.engine.report_usage(agent_id, usage, provider=provider)
+            else:
+                await self.engine.turn_succeeded(agent_id)
+        elif reported:
+            self.engine.report_usage(agent_id, usage, provider=provider)
+        else:
+            self.engine.turn_succeeded(agent_id)
 
 
 class LedgerSession:

@@ -10,7 +10,14 @@ from typing import Any, TypeVar
 from ctxledger.adapters.engine import BuildResult, ContextEngine
 from ctxledger.domain.model import Layer, Source
 
-__all__ = ["ToolOutput", "current_turn", "record_tool_outputs", "tool_item_id"]
+__all__ = [
+    "ToolOutput",
+    "current_turn",
+    "in_context",
+    "output_stub",
+    "record_tool_outputs",
+    "tool_item_id",
+]
 
 T = TypeVar("T")
 
@@ -35,6 +42,17 @@ def record_tool_outputs(engine: ContextEngine, agent_id: str, outputs: Iterable[
         engine.record(agent_id, text, layer=Layer.L0, source=Source.TOOL_LOG, item_id=item_id)
         new += 1
     return new
+
+
+def output_stub(item_id: str) -> str:
+    """What a tool result says in place of an output the prompt already holds: the call stays
+    paired with a result, as the providers require, and the output is sent once."""
+    return f"[output recorded as {item_id}; it is in the context above]"
+
+
+def in_context(result: BuildResult) -> frozenset[str]:
+    """The ids of the items *result*'s pack put in the prompt."""
+    return frozenset(item.id for item in result.pack.items)
 
 
 def current_turn(items: Sequence[T], is_user: Callable[[T], bool]) -> list[T]:
