@@ -12,7 +12,8 @@ packer never sees.
 Any input is first made a :class:`Ranked` pool this packer covers (:func:`as_ranked`): a
 list of scored items is de-duplicated by id (first wins) and ranked by (-score, id), a score
 that is not a number ranking last; steering notes of another stage than the request's are
-dropped ``other_stage`` before anything else. The specification it is held equal to, byte
+dropped ``other_stage`` before anything else, then the hypotheses a verified finding states
+word for word (``duplicate``: the finding stands in for them). The specification it is held equal to, byte
 for byte, is the packer over candidate objects in ``tests/oracles/packing_spec.py``
 (``tests/property/test_ranked_pack.py``)."""
 
